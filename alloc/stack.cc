@@ -1,0 +1,53 @@
+#include "alloc/stack.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdint>
+
+// Linker-provided bounds of libd9's own image, used to drop d9's frames from stacks.
+extern "C" const char __ehdr_start __attribute__((visibility("hidden")));
+extern "C" const char _end __attribute__((visibility("hidden")));
+
+namespace d9::stack {
+namespace {
+
+using BacktraceFn = int (*)(void**, int);
+std::atomic<BacktraceFn> g_backtrace{nullptr};
+
+// Frames of the sampling path itself that sit above the caller: wrapper, sampled path,
+// capture. A little slack keeps the requested depth after they are dropped.
+constexpr int kOwnFramesSlack = 8;
+
+bool in_own_image(uint64_t pc) {
+  return pc >= reinterpret_cast<uint64_t>(&__ehdr_start) && pc < reinterpret_cast<uint64_t>(&_end);
+}
+
+}  // namespace
+
+bool load_unwinder() {
+  if (g_backtrace.load(std::memory_order_acquire)) return true;
+  void* lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return false;
+  auto fn = reinterpret_cast<BacktraceFn>(dlsym(lib, "unw_backtrace"));
+  if (!fn) return false;
+  g_backtrace.store(fn, std::memory_order_release);
+  return true;
+}
+
+int capture(uint64_t* out, int max_depth) {
+  BacktraceFn backtrace = g_backtrace.load(std::memory_order_acquire);
+  if (!backtrace || max_depth <= 0) return 0;
+  if (max_depth > kMaxDepth) max_depth = kMaxDepth;
+  void* pcs[kMaxDepth + kOwnFramesSlack];
+  int n = backtrace(pcs, max_depth + kOwnFramesSlack);
+  int first = 0;
+  while (first < n && in_own_image(reinterpret_cast<uint64_t>(pcs[first]))) ++first;
+  int depth = 0;
+  for (int i = first; i < n && depth < max_depth; ++i) {
+    out[depth++] = reinterpret_cast<uint64_t>(pcs[i]);
+  }
+  return depth;
+}
+
+}  // namespace d9::stack

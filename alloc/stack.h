@@ -1,0 +1,23 @@
+// Stack capture for allocation samples, through libunwind.
+//
+// libunwind is loaded with dlopen(RTLD_LOCAL) rather than linked: libunwind.so.8 exports
+// unversioned _Unwind_* symbols, and as a dependency of a preloaded library it would
+// sit in the global lookup scope where a C++ library the host dlopens later could bind
+// its exception unwinding to it instead of libgcc_s. Kept local, the host never sees it.
+#pragma once
+
+#include <cstdint>
+
+namespace d9::stack {
+
+inline constexpr int kMaxDepth = 256;
+
+// Loads the unwinder. Call once from a context that may take the loader lock (the library
+// constructor). Until it succeeds, capture() returns 0 frames.
+bool load_unwinder();
+
+// Captures up to `max_depth` return addresses of the calling thread, leaf first, with
+// d9's own frames removed, so out[0] is the code that called malloc/new.
+int capture(uint64_t* out, int max_depth);
+
+}  // namespace d9::stack

@@ -1,0 +1,308 @@
+#include "preload/runtime.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#include "alloc/collector.h"
+#include "alloc/profiler.h"
+#include "alloc/stack.h"
+#include "alloc/thread_state.h"
+#include "preload/log.h"
+#include "writer/segment.h"
+
+extern char** environ;
+
+#ifndef D9_VERSION
+#define D9_VERSION "0.0.0"
+#endif
+
+namespace d9::runtime {
+namespace {
+
+enum State : int { kUninit = 0, kStarting = 1, kOn = 2, kOff = 3 };
+
+std::atomic<int> g_state{kUninit};
+Options g_options;
+char g_boot_id[32];
+
+// How often the writer drains the rings.
+constexpr long kDrainIntervalNs = 5 * 1000 * 1000;
+// How long exit waits for the writer to seal the last segment.
+constexpr int kExitWaitSecs = 5;
+
+void make_boot_id() {
+  // {4 lowercase letters}-{pid}, as dial9 names process directories.
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r)) {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    r = static_cast<uint64_t>(ts.tv_nsec) * 0x9E3779B97F4A7C15ULL;
+  }
+  char pid[24];
+  log::u64(static_cast<uint64_t>(getpid()), pid);
+  for (int i = 0; i < 4; ++i) g_boot_id[i] = static_cast<char>('a' + (r >> (8 * i)) % 26);
+  g_boot_id[4] = '-';
+  strncpy(g_boot_id + 5, pid, sizeof(g_boot_id) - 6);
+}
+
+// A relative D9_OUTPUT is taken against the working directory at start-up, once, so a
+// later chdir() of the host (or a fork child) cannot move the traces.
+void make_output_absolute() {
+  if (g_options.output[0] == '/') return;
+  char abs[sizeof(g_options.output)];
+  if (!getcwd(abs, sizeof(abs))) return;
+  size_t cwd_len = strlen(abs);
+  const char* rel = g_options.output;
+  if (rel[0] == '.' && rel[1] == '/') rel += 2;
+  if (cwd_len + 1 + strlen(rel) + 1 > sizeof(abs)) return;
+  abs[cwd_len] = '/';
+  strcpy(abs + cwd_len + 1, rel);
+  strcpy(g_options.output, abs);
+}
+
+int start_process() {
+  int expected = kUninit;
+  if (!g_state.compare_exchange_strong(expected, kStarting, std::memory_order_acq_rel)) {
+    return expected;  // already on/off, or another thread is starting it
+  }
+  if (!environ) {  // too early: libc has not set up the environment yet; retry later
+    g_state.store(kUninit, std::memory_order_release);
+    return kUninit;
+  }
+  parse_options(environ, &g_options);
+  make_output_absolute();
+  if (!g_options.enable || g_options.sample_rate == 0) {
+    g_state.store(kOff, std::memory_order_release);
+    return kOff;
+  }
+  alloc::Settings s;
+  s.sample_rate = g_options.sample_rate;
+  if (g_options.has_seed) {
+    s.seed = g_options.seed;
+  } else if (getrandom(&s.seed, sizeof(s.seed), GRND_NONBLOCK) != sizeof(s.seed)) {
+    s.seed = static_cast<uint64_t>(getpid()) * 0x9E3779B97F4A7C15ULL;
+  }
+  s.stack_depth = static_cast<int>(g_options.stack_depth);
+  s.ring_slots = static_cast<uint32_t>(g_options.ring_slots);
+  if (!alloc::setup(s)) {
+    log::line("cannot map the sample ring; profiling is off");
+    g_state.store(kOff, std::memory_order_release);
+    return kOff;
+  }
+  make_boot_id();
+  g_state.store(kOn, std::memory_order_release);
+  return kOn;
+}
+
+// ---- writer thread -------------------------------------------------------------------
+
+struct Writer {
+  std::string dir;
+  uint64_t next_index = 0;
+  Segment segment;
+  alloc::Collector collector;
+  StringMap metadata;
+};
+
+Writer* g_writer = nullptr;  // owned by the writer thread; abandoned (never freed) on fork
+pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t g_wake;
+pthread_cond_t g_done_cv;
+bool g_stop = false;
+bool g_done = false;
+bool g_writer_started = false;
+
+void init_sync() {
+  pthread_mutex_init(&g_mu, nullptr);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&g_wake, &attr);
+  pthread_cond_init(&g_done_cv, &attr);
+  pthread_condattr_destroy(&attr);
+  g_stop = false;
+  g_done = false;
+}
+
+timespec deadline_after(long ns) {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_nsec += ns;
+  ts.tv_sec += ts.tv_nsec / 1000000000L;
+  ts.tv_nsec %= 1000000000L;
+  return ts;
+}
+
+bool make_dirs(const std::string& path) {
+  for (size_t i = 1; i <= path.size(); ++i) {
+    if (i != path.size() && path[i] != '/') continue;
+    std::string prefix = path.substr(0, i);
+    if (mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
+  }
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+StringMap build_metadata() {
+  const Options& o = g_options;
+  const char* service = o.service[0] ? o.service : program_invocation_short_name;
+  return {
+      {"memory.sample_rate_bytes", std::to_string(o.sample_rate)},
+      // Free tracking arrives with the live-set work; until then frees are not recorded.
+      {"memory.track_liveset", "false"},
+      {"cpu.profile.frequency_hz", "0"},
+      {"boot_id", g_boot_id},
+      {"service", service},
+      {"libd9.version", D9_VERSION},
+      {"process.pid", std::to_string(getpid())},
+      {"process.available_parallelism", std::to_string(sysconf(_SC_NPROCESSORS_ONLN))},
+      {"memory.stack_depth", std::to_string(o.stack_depth)},
+  };
+}
+
+void turn_off(const std::string& why) {
+  log::line(why.c_str(), "; profiling is off, the program runs normally");
+  g_state.store(kOff, std::memory_order_release);
+}
+
+bool open_segment(Writer& w) {
+  if (w.segment.open(w.dir, "trace", w.next_index, w.metadata)) {
+    ++w.next_index;
+    return true;
+  }
+  turn_off(w.segment.error());
+  return false;
+}
+
+bool drain(Writer& w) {
+  w.collector.drain(alloc::alloc_ring(), w.segment);
+  if (w.segment.flush()) return true;
+  turn_off(w.segment.error());
+  return false;
+}
+
+void* writer_main(void*) {
+  tls_state.internal = 1;  // never sample d9's own allocations
+  auto* w = new Writer;
+  g_writer = w;
+  w->dir = std::string(g_options.output) + "/" + g_boot_id;
+  w->metadata = build_metadata();
+
+  // The directory and the first segment are created only once there is something to
+  // write, so a fork child that execs or exits at once leaves nothing behind.
+  bool ok = true;
+  auto write_pending = [&] {
+    if (!w->collector.pending(alloc::alloc_ring())) return true;
+    if (!w->segment.is_open()) {
+      if (!make_dirs(w->dir)) {
+        turn_off("cannot create output directory " + w->dir + ": " + strerror(errno));
+        return false;
+      }
+      if (!open_segment(*w)) return false;
+    }
+    return drain(*w);
+  };
+
+  pthread_mutex_lock(&g_mu);
+  while (ok && !g_stop) {
+    timespec until = deadline_after(kDrainIntervalNs);
+    pthread_cond_timedwait(&g_wake, &g_mu, &until);
+    if (g_stop) break;
+    pthread_mutex_unlock(&g_mu);
+    ok = write_pending();
+    pthread_mutex_lock(&g_mu);
+  }
+  pthread_mutex_unlock(&g_mu);
+
+  if (ok && write_pending()) w->segment.seal();
+  pthread_mutex_lock(&g_mu);
+  g_done = true;
+  pthread_cond_broadcast(&g_done_cv);
+  pthread_mutex_unlock(&g_mu);
+  return nullptr;
+}
+
+void start_writer() {
+  init_sync();
+  // The writer must never receive the host's signals: block them all in the new thread.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  g_writer_started = pthread_create(&thread, &attr, writer_main, nullptr) == 0;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (!g_writer_started) turn_off("cannot start the writer thread");
+}
+
+void stop_writer() {
+  if (!g_writer_started) return;
+  pthread_mutex_lock(&g_mu);
+  g_stop = true;
+  pthread_cond_signal(&g_wake);
+  timespec until = deadline_after(0);
+  until.tv_sec += kExitWaitSecs;
+  while (!g_done) {
+    if (pthread_cond_timedwait(&g_done_cv, &g_mu, &until) == ETIMEDOUT) break;
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
+void on_fork_child() {
+  if (g_state.load(std::memory_order_acquire) != kOn) return;
+  // The parent's writer thread does not exist here and its state may be mid-update:
+  // abandon it (closing only the inherited descriptor) and start afresh.
+  if (g_writer && g_writer->segment.is_open()) g_writer->segment.abandon();
+  g_writer = nullptr;
+  alloc::reset_after_fork();
+  make_boot_id();
+  g_writer_started = false;
+  start_writer();
+}
+
+__attribute__((constructor)) void d9_start() {
+  ReentryGuard guard;
+  if (start_process() != kOn) return;
+  stack::load_unwinder();
+  pthread_atfork(nullptr, nullptr, on_fork_child);
+  start_writer();
+}
+
+__attribute__((destructor)) void d9_stop() {
+  ReentryGuard guard;
+  if (g_state.load(std::memory_order_acquire) == kOn) stop_writer();
+}
+
+}  // namespace
+
+const Options& options() { return g_options; }
+
+bool at_sample_point(size_t size) {
+  ThreadState& t = tls_state;
+  if (t.in_d9 || t.internal) return false;
+  int state = g_state.load(std::memory_order_acquire);
+  if (state == kUninit) state = start_process();
+  if (state != kOn) {
+    // Off for good: park the counter so this thread never comes back here.
+    if (state == kOff) t.bytes_until_sample = INT64_MAX;
+    return false;
+  }
+  if (!t.initialised) return alloc::start_thread(t, size);
+  return alloc::take_sample(t);
+}
+
+}  // namespace d9::runtime

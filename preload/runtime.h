@@ -1,0 +1,24 @@
+// Start-up, the writer thread, exit and fork: everything in d9's lifecycle that is not an
+// interposed function itself.
+//
+// Start-up is lazy and idempotent: the first allocation that reaches a sample point, or
+// the library constructor, whichever comes first, reads the options and maps the ring.
+// The constructor (which runs once libc is ready) loads the unwinder and starts the
+// writer thread; samples taken before that wait in the ring.
+#pragma once
+
+#include <cstddef>
+
+#include "preload/options.h"
+
+namespace d9::runtime {
+
+// Out-of-line half of the sampling decision, reached when a thread's byte counter has
+// run out (or was never set). Sets up the process and the thread on first use and
+// returns whether the allocation of `size` bytes is sampled.
+bool at_sample_point(size_t size);
+
+// The options in force (valid once start-up has run).
+const Options& options();
+
+}  // namespace d9::runtime

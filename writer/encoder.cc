@@ -1,0 +1,201 @@
+#include "writer/encoder.h"
+
+#include <cstring>
+
+namespace d9 {
+namespace {
+
+using fmt::FieldType;
+using fmt::Frame;
+
+constexpr uint8_t T(FieldType t) { return static_cast<uint8_t>(t); }
+
+// Field names, types and order are the contract in dial9-format.md §2; do not reorder.
+constexpr FieldSpec kClockSyncFields[] = {{"realtime_ns", T(FieldType::kVarint)}};
+constexpr FieldSpec kMetadataFields[] = {{"entries", T(FieldType::kStringMap)}};
+constexpr FieldSpec kAllocFields[] = {{"tid", T(FieldType::kU32)},
+                                      {"size", T(FieldType::kVarint)},
+                                      {"addr", T(FieldType::kVarint)},
+                                      {"callchain", T(FieldType::kPooledStack)}};
+constexpr FieldSpec kFreeFields[] = {{"tid", T(FieldType::kU32)},
+                                     {"addr", T(FieldType::kVarint)},
+                                     {"size", T(FieldType::kVarint)},
+                                     {"alloc_timestamp_ns", T(FieldType::kVarint)}};
+constexpr FieldSpec kOverflowFields[] = {{"dropped_allocs", T(FieldType::kVarint)},
+                                         {"dropped_frees", T(FieldType::kVarint)}};
+constexpr FieldSpec kSymbolFields[] = {{"addr", T(FieldType::kVarint)},
+                                       {"size", T(FieldType::kVarint)},
+                                       {"symbol_name", T(FieldType::kPooledString)},
+                                       {"inline_depth", T(FieldType::kVarint)},
+                                       {"source_file", T(FieldType::kPooledString)},
+                                       {"source_line", T(FieldType::kVarint)}};
+const EventSpec kClockSync{fmt::kClockSyncEvent, true, kClockSyncFields};
+const EventSpec kMetadata{fmt::kSegmentMetadataEvent, true, kMetadataFields};
+const EventSpec kAlloc{fmt::kAllocEvent, true, kAllocFields};
+const EventSpec kFree{fmt::kFreeEvent, true, kFreeFields};
+const EventSpec kOverflow{fmt::kMemoryProfileOverflowEvent, true, kOverflowFields};
+const EventSpec kSymbol{fmt::kSymbolTableEntry, true, kSymbolFields};
+
+}  // namespace
+
+Encoder::Encoder() { out_.reserve(1 << 16); }
+
+void Encoder::begin_stream() {
+  out_.insert(out_.end(), fmt::kMagic, fmt::kMagic + sizeof(fmt::kMagic));
+  out_.push_back(fmt::kVersion);
+  schema_ids_.clear();
+  strings_.clear();
+  stacks_.clear();
+  next_string_id_ = 0;
+  next_stack_id_ = 0;
+  ts_base_ = 0;
+}
+
+void Encoder::put_u16(uint16_t v) {
+  out_.push_back(static_cast<uint8_t>(v));
+  out_.push_back(static_cast<uint8_t>(v >> 8));
+}
+
+void Encoder::put_u24(uint32_t v) {
+  out_.push_back(static_cast<uint8_t>(v));
+  out_.push_back(static_cast<uint8_t>(v >> 8));
+  out_.push_back(static_cast<uint8_t>(v >> 16));
+}
+
+void Encoder::put_u32(uint32_t v) {
+  for (int i = 0; i < 4; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+void Encoder::put_u64(uint64_t v) {
+  for (int i = 0; i < 8; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+void Encoder::put_varint(uint64_t v) {
+  while (v >= 0x80) {
+    out_.push_back(static_cast<uint8_t>(v | 0x80));
+    v >>= 7;
+  }
+  out_.push_back(static_cast<uint8_t>(v));
+}
+
+void Encoder::put_bytes(std::string_view s) {
+  put_u32(static_cast<uint32_t>(s.size()));
+  out_.insert(out_.end(), s.begin(), s.end());
+}
+
+uint16_t Encoder::schema_id(const EventSpec& spec) {
+  auto it = schema_ids_.find(&spec);
+  if (it != schema_ids_.end()) return it->second;
+  auto id = static_cast<uint16_t>(schema_ids_.size());
+  schema_ids_.emplace(&spec, id);
+  put_u8(static_cast<uint8_t>(Frame::kSchema));
+  put_u16(id);
+  size_t name_len = strlen(spec.name);
+  put_u16(static_cast<uint16_t>(name_len));
+  out_.insert(out_.end(), spec.name, spec.name + name_len);
+  put_u8(spec.has_timestamp ? 1 : 0);
+  put_u16(static_cast<uint16_t>(spec.fields.size()));
+  for (const FieldSpec& f : spec.fields) {
+    size_t len = strlen(f.name);
+    put_u16(static_cast<uint16_t>(len));
+    out_.insert(out_.end(), f.name, f.name + len);
+    put_u8(f.type);
+  }
+  return id;
+}
+
+void Encoder::event_header(const EventSpec& spec, uint64_t ts) {
+  uint16_t id = schema_id(spec);
+  if (spec.has_timestamp && (ts < ts_base_ || ts - ts_base_ > fmt::kMaxTimestampDelta)) {
+    put_u8(static_cast<uint8_t>(Frame::kTimestampReset));
+    put_u64(ts);
+    ts_base_ = ts;
+  }
+  put_u8(static_cast<uint8_t>(Frame::kEvent));
+  put_u16(id);
+  if (spec.has_timestamp) {
+    put_u24(static_cast<uint32_t>(ts - ts_base_));
+    ts_base_ = ts;
+  }
+}
+
+uint32_t Encoder::intern_string(std::string_view s) {
+  auto it = strings_.find(std::string(s));
+  if (it != strings_.end()) return it->second;
+  uint32_t id = next_string_id_++;
+  strings_.emplace(std::string(s), id);
+  put_u8(static_cast<uint8_t>(Frame::kStringPool));
+  put_u32(1);
+  put_u32(id);
+  put_bytes(s);
+  return id;
+}
+
+uint32_t Encoder::intern_stack(std::span<const uint64_t> frames) {
+  stack_key_.assign(reinterpret_cast<const char*>(frames.data()), frames.size_bytes());
+  auto it = stacks_.find(stack_key_);
+  if (it != stacks_.end()) return it->second;
+  uint32_t id = next_stack_id_++;
+  stacks_.emplace(stack_key_, id);
+  put_u8(static_cast<uint8_t>(Frame::kStackPool));
+  put_u32(1);
+  put_u32(id);
+  put_u32(static_cast<uint32_t>(frames.size()));
+  for (uint64_t pc : frames) put_u64(pc);
+  return id;
+}
+
+void Encoder::clock_sync(uint64_t mono_ns, uint64_t realtime_ns) {
+  event_header(kClockSync, mono_ns);
+  put_varint(realtime_ns);
+}
+
+void Encoder::segment_metadata(uint64_t mono_ns, const StringMap& entries) {
+  event_header(kMetadata, mono_ns);
+  put_u32(static_cast<uint32_t>(entries.size()));
+  for (const auto& [key, value] : entries) {
+    put_bytes(key);
+    put_bytes(value);
+  }
+}
+
+void Encoder::alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
+                          std::span<const uint64_t> stack) {
+  // Pool entries must precede the event frame that references them.
+  uint32_t stack_id = intern_stack(stack);
+  event_header(kAlloc, ts);
+  put_u32(tid);
+  put_varint(size);
+  put_varint(addr);
+  put_u32(stack_id);
+}
+
+void Encoder::free_event(uint64_t ts, uint32_t tid, uint64_t addr, uint64_t size,
+                         uint64_t alloc_ts) {
+  event_header(kFree, ts);
+  put_u32(tid);
+  put_varint(addr);
+  put_varint(size);
+  put_varint(alloc_ts);
+}
+
+void Encoder::overflow_event(uint64_t ts, uint64_t dropped_allocs, uint64_t dropped_frees) {
+  event_header(kOverflow, ts);
+  put_varint(dropped_allocs);
+  put_varint(dropped_frees);
+}
+
+void Encoder::symbol_entry(uint64_t addr, uint64_t size, std::string_view name,
+                           uint64_t inline_depth, std::string_view file, uint64_t line) {
+  uint32_t name_id = intern_string(name);
+  uint32_t file_id = intern_string(file);
+  event_header(kSymbol, 0);  // upstream writes 0; readers exempt symbols from time bounds
+  put_varint(addr);
+  put_varint(size);
+  put_u32(name_id);
+  put_varint(inline_depth);
+  put_u32(file_id);
+  put_varint(line);
+}
+
+}  // namespace d9

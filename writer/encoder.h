@@ -1,0 +1,90 @@
+// dial9 encoder: turns d9's events into the bytes specified in dial9-format.md.
+//
+// One Encoder writes one sub-stream at a time into a byte buffer it owns. begin_stream()
+// writes the `TRC\0 01` header and forgets every schema, pooled string, pooled stack and
+// the timestamp base, exactly as a reader does when it meets a new header. Schemas and
+// pool entries are written the first time an event needs them, before that event.
+//
+// Not thread-safe: the writer thread owns its encoder.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "writer/format.h"
+
+namespace d9 {
+
+struct FieldSpec {
+  const char* name;
+  uint8_t type;  // fmt::FieldType, possibly | fmt::kOptional
+};
+
+struct EventSpec {
+  const char* name;
+  bool has_timestamp;
+  std::span<const FieldSpec> fields;
+};
+
+using StringMap = std::vector<std::pair<std::string, std::string>>;
+
+class Encoder {
+ public:
+  Encoder();
+
+  // Starts a new sub-stream: header bytes, fresh schemas, pools and timestamp base.
+  void begin_stream();
+
+  void clock_sync(uint64_t mono_ns, uint64_t realtime_ns);
+  void segment_metadata(uint64_t mono_ns, const StringMap& entries);
+  void alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
+                   std::span<const uint64_t> stack);
+  void free_event(uint64_t ts, uint32_t tid, uint64_t addr, uint64_t size,
+                  uint64_t alloc_ts);
+  void overflow_event(uint64_t ts, uint64_t dropped_allocs, uint64_t dropped_frees);
+  void symbol_entry(uint64_t addr, uint64_t size, std::string_view name, uint64_t inline_depth,
+                    std::string_view file, uint64_t line);
+
+  // Encoded bytes since the last take(); the buffer is handed over and cleared.
+  std::vector<uint8_t>& bytes() { return out_; }
+  size_t size() const { return out_.size(); }
+  void clear_bytes() { out_.clear(); }
+
+  // Distinct stacks interned in this sub-stream (for tests and sizing).
+  size_t stack_count() const { return next_stack_id_; }
+
+  // Low-level pieces, public so tests can build unusual streams.
+  void put_u8(uint8_t v) { out_.push_back(v); }
+  void put_u16(uint16_t v);
+  void put_u24(uint32_t v);
+  void put_u32(uint32_t v);
+  void put_u64(uint64_t v);
+  void put_varint(uint64_t v);
+  void put_bytes(std::string_view s);  // u32 length + bytes
+
+ private:
+  // Writes the schema frame on first use in this sub-stream and returns its type id.
+  uint16_t schema_id(const EventSpec& spec);
+  // Event frame header: tag, type id and (if timestamped) the u24 delta, with a reset
+  // frame first when time goes backwards or jumps more than the u24 can hold.
+  void event_header(const EventSpec& spec, uint64_t ts);
+  uint32_t intern_string(std::string_view s);
+  uint32_t intern_stack(std::span<const uint64_t> frames);
+
+  std::vector<uint8_t> out_;
+  std::unordered_map<const EventSpec*, uint16_t> schema_ids_;
+  std::unordered_map<std::string, uint32_t> strings_;
+  // Stacks are keyed by their bytes; the map owns a copy of each key.
+  std::unordered_map<std::string, uint32_t> stacks_;
+  std::string stack_key_;  // scratch, reused
+  uint32_t next_string_id_ = 0;
+  uint32_t next_stack_id_ = 0;
+  uint64_t ts_base_ = 0;
+};
+
+}  // namespace d9

@@ -1,0 +1,72 @@
+// One segment file: `{dir}/{stem}.{N}.bin.active` while written, `{stem}.{N}.bin` once sealed.
+//
+// Layout (dial9-format.md §5.1), each part its own sub-stream so every segment stands alone:
+//   [TRC] ClockSyncEvent                                    at open
+//   [TRC] SegmentMetadataEvent + ClockSyncEvent             at open
+//   [TRC] schemas, pools and events ...                     appended by each drain
+//   [TRC] SegmentMetadataEvent{segment.complete=true}       at seal
+// The active file is always decodable up to its last complete frame, so a killed process
+// leaves a readable trace behind.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "writer/encoder.h"
+
+namespace d9 {
+
+class Segment {
+ public:
+  Segment() = default;
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  // Creates the active file (0600, never following a planted symlink, close-on-exec) and
+  // writes the opening sub-streams. On failure returns false and sets error().
+  bool open(const std::string& dir, const std::string& stem, uint64_t index,
+            const StringMap& metadata);
+
+  // The encoder for events; its bytes go to disk on flush().
+  Encoder& events() { return events_; }
+  void note_events(uint64_t n) { event_count_ += n; }
+  uint64_t event_count() const { return event_count_; }
+
+  // Appends everything encoded so far. False (with error()) when the write fails.
+  bool flush();
+
+  // Writes the closing metadata, closes and renames to the sealed name. A segment that
+  // holds no events is deleted instead. Returns the final path ("" when deleted/failed).
+  std::string seal();
+
+  bool is_open() const { return fd_ >= 0; }
+  // Fork child: closes the inherited descriptor and forgets the file without touching it.
+  void abandon() { close_fd(); }
+  uint64_t bytes_written() const { return bytes_written_; }
+  const std::string& error() const { return error_; }
+  const std::string& active_path() const { return active_path_; }
+
+ private:
+  bool write_all(const uint8_t* data, size_t len);
+  void close_fd();
+
+  int fd_ = -1;
+  Encoder events_;
+  std::string active_path_;
+  std::string sealed_path_;
+  std::string error_;
+  uint64_t event_count_ = 0;
+  uint64_t bytes_written_ = 0;
+};
+
+// Current CLOCK_MONOTONIC and CLOCK_REALTIME, paired as upstream does: the realtime read
+// is matched with the midpoint of two monotonic reads around it.
+struct ClockPair {
+  uint64_t mono_ns;
+  uint64_t realtime_ns;
+};
+ClockPair read_clock_pair();
+uint64_t monotonic_ns();
+
+}  // namespace d9
