@@ -1,5 +1,6 @@
 #include "alloc/profiler.h"
 
+#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@ namespace {
 Settings g_settings;
 Ring g_alloc_ring;
 std::atomic<uint64_t> g_thread_index{0};
+std::atomic<uint32_t> g_nudges{0};  // futex word the writer sleeps on
 
 uint64_t now_ns() {
   timespec ts;
@@ -72,6 +74,18 @@ void record_alloc(const void* ptr, size_t size) {
   rec->tid = tls_state.tid;
   rec->depth = static_cast<uint32_t>(stack::capture(rec->frames(), g_settings.stack_depth));
   g_alloc_ring.publish(pos);
+  if ((pos & (g_alloc_ring.capacity() / 4 - 1)) == 0) nudge_writer();
+}
+
+void nudge_writer() {
+  g_nudges.fetch_add(1, std::memory_order_release);
+  syscall(SYS_futex, &g_nudges, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+void wait_for_work(long timeout_ns) {
+  uint32_t seen = g_nudges.load(std::memory_order_acquire);
+  timespec ts{0, timeout_ns};
+  syscall(SYS_futex, &g_nudges, FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
 }
 
 void reset_after_fork() {

@@ -36,6 +36,14 @@ bool start_thread(ThreadState& t, size_t size);
 // Captures the stack and pushes an AllocRecord; out of line, never on the fast path.
 __attribute__((noinline)) void record_alloc(const void* ptr, size_t size);
 
+// Writer wake-ups. The writer sleeps on a futex between drains; producers nudge it each
+// time another quarter of the ring has been claimed, so a burst is drained before the
+// ring fills even when the drain interval has not elapsed. One syscall per
+// capacity/4 samples, on the sampled path only.
+void nudge_writer();
+// Sleeps until nudged or `timeout_ns` has passed.
+void wait_for_work(long timeout_ns);
+
 // Forgets all state inherited from the parent in a fork child.
 void reset_after_fork();
 

@@ -116,10 +116,10 @@ struct Writer {
 };
 
 Writer* g_writer = nullptr;  // owned by the writer thread; abandoned (never freed) on fork
+// Exit waits for the writer's final seal on g_done_cv; stopping goes through a futex nudge.
 pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-pthread_cond_t g_wake;
 pthread_cond_t g_done_cv;
-bool g_stop = false;
+std::atomic<bool> g_stop{false};
 bool g_done = false;
 bool g_writer_started = false;
 
@@ -128,10 +128,9 @@ void init_sync() {
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&g_wake, &attr);
   pthread_cond_init(&g_done_cv, &attr);
   pthread_condattr_destroy(&attr);
-  g_stop = false;
+  g_stop.store(false);
   g_done = false;
 }
 
@@ -214,16 +213,11 @@ void* writer_main(void*) {
     return drain(*w);
   };
 
-  pthread_mutex_lock(&g_mu);
-  while (ok && !g_stop) {
-    timespec until = deadline_after(kDrainIntervalNs);
-    pthread_cond_timedwait(&g_wake, &g_mu, &until);
-    if (g_stop) break;
-    pthread_mutex_unlock(&g_mu);
+  while (ok && !g_stop.load(std::memory_order_acquire)) {
+    alloc::wait_for_work(kDrainIntervalNs);
+    if (g_stop.load(std::memory_order_acquire)) break;
     ok = write_pending();
-    pthread_mutex_lock(&g_mu);
   }
-  pthread_mutex_unlock(&g_mu);
 
   if (ok && write_pending()) w->segment.seal();
   pthread_mutex_lock(&g_mu);
@@ -251,9 +245,9 @@ void start_writer() {
 
 void stop_writer() {
   if (!g_writer_started) return;
+  g_stop.store(true, std::memory_order_release);
+  alloc::nudge_writer();
   pthread_mutex_lock(&g_mu);
-  g_stop = true;
-  pthread_cond_signal(&g_wake);
   timespec until = deadline_after(0);
   until.tv_sec += kExitWaitSecs;
   while (!g_done) {

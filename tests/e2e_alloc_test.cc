@@ -1,0 +1,241 @@
+// End-to-end: preload libd9.so into programs the suite builds, decode the segments they
+// wrote, and check the allocation samples against what the programs really did.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "alloc/sampler.h"
+#include "tests/e2e_util.h"
+
+namespace d9::test {
+namespace {
+
+struct Site {
+  std::string name;
+  uint64_t start = 0, end = 0;  // code range
+  uint64_t bytes = 0, count = 0;  // what the program really allocated there
+};
+
+std::vector<Site> parse_sites(const std::string& out) {
+  std::vector<Site> sites;
+  std::istringstream in(out);
+  std::string word;
+  while (in >> word) {
+    if (word != "site") continue;
+    Site s;
+    in >> s.name >> s.start >> s.end >> s.bytes >> s.count;
+    sites.push_back(s);
+  }
+  return sites;
+}
+
+const Site* site_of(const std::vector<Site>& sites, uint64_t pc) {
+  for (const Site& s : sites) {
+    // A return address may point just past the call at the very end of the range.
+    if (pc > s.start && pc <= s.end) return &s;
+  }
+  return nullptr;
+}
+
+class E2EAlloc : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = make_temp_dir("e2e-alloc"); }
+  void TearDown() override {
+    if (!HasFailure()) remove_tree(dir_);
+  }
+
+  // Decodes the one sealed segment the run must have produced.
+  decode::Trace load_single_segment() {
+    auto dirs = list_dirs(dir_);
+    EXPECT_EQ(dirs.size(), 1u);
+    auto segs = find_segments(dir_);
+    EXPECT_EQ(segs.size(), 1u);
+    if (segs.empty()) return {};
+    EXPECT_EQ(std::filesystem::path(segs[0]).filename(), "trace.0.bin");
+    decode::Trace t = decode::LoadTrace(segs[0]);
+    EXPECT_TRUE(t.ok()) << t.error;
+    return t;
+  }
+
+  std::string dir_;
+};
+
+// The acceptance test of the core issue: at the default rate, Horvitz–Thompson estimates
+// are within ±5% for every site holding ≥10% of the bytes, and within ±3% in total.
+// The seed is fixed so CI is deterministic; D9_TEST_SEED=N reruns it with another seed
+// (scripts/accuracy.sh sweeps many).
+TEST_F(E2EAlloc, EstimatesMatchKnownSitesAtDefaultRate) {
+  const char* seed = getenv("D9_TEST_SEED");
+  // This workload allocates ~50 GB/s, far beyond real services; a larger ring keeps a
+  // writer starved by a busy CI machine from dropping samples (drops are tested below).
+  RunResult r = run({program("known_sites"), "sites"},
+                    {"D9_OUTPUT=" + dir_, std::string("D9_SEED=") + (seed ? seed : "12345"),
+                     "D9_RING_SLOTS=65536"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  std::vector<Site> sites = parse_sites(r.out);
+  ASSERT_EQ(sites.size(), 4u) << r.out;
+
+  decode::Trace t = load_single_segment();
+  EXPECT_EQ(t.metadata["memory.sample_rate_bytes"], "524288");
+  EXPECT_EQ(t.overflows.size(), 0u) << "samples were dropped at the default rate";
+  const double rate = 524288;
+
+  std::map<std::string, double> estimate;
+  double estimate_total = 0;
+  uint64_t truth_total = 0;
+  for (const Site& s : sites) truth_total += s.bytes;
+  int without_stack = 0;
+  for (const decode::AllocEvent& a : t.allocs) {
+    auto stack = t.stack(a.stack);
+    // Only samples taken inside libc start-up, before the unwinder can be loaded, lack one.
+    without_stack += stack.empty();
+    double w = sample_weight(a.size, static_cast<uint64_t>(rate));
+    estimate_total += w;
+    if (const Site* s = stack.empty() ? nullptr : site_of(sites, stack[0])) {
+      estimate[s->name] += w;
+    }
+  }
+  EXPECT_LE(without_stack, 2);
+  for (const Site& s : sites) {
+    double share = static_cast<double>(s.bytes) / static_cast<double>(truth_total);
+    double ratio = estimate[s.name] / static_cast<double>(s.bytes);
+    std::printf("site %-7s share %5.1f%%  estimate/truth %.4f\n", s.name.c_str(), share * 100,
+                ratio);
+    if (share >= 0.10) {
+      EXPECT_NEAR(ratio, 1.0, 0.05) << s.name;
+    }
+  }
+  double total_ratio = estimate_total / static_cast<double>(truth_total);
+  std::printf("total estimate/truth %.4f over %zu samples\n", total_ratio, t.allocs.size());
+  EXPECT_NEAR(total_ratio, 1.0, 0.03);
+  // The sample count follows sum(count * p(size)) (5 sigma band; start-up adds a few).
+  double expected_samples = 0;
+  for (const Site& s : sites) {
+    expected_samples += s.count * sample_probability(s.bytes / s.count, 524288);
+  }
+  EXPECT_NEAR(static_cast<double>(t.allocs.size()), expected_samples,
+              5 * std::sqrt(expected_samples) + 50);
+}
+
+// D9_SAMPLE_RATE=1: every allocation is an event, with its exact size and a leaf frame
+// in the allocating function, whichever entry point it came through.
+TEST_F(E2EAlloc, RateOneRecordsEveryAllocation) {
+  const int kRounds = 2000;
+  RunResult r = run({program("known_sites"), "counted", std::to_string(kRounds)},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_RING_SLOTS=65536"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<Site> sites = parse_sites(r.out);
+  ASSERT_EQ(sites.size(), 1u);
+  decode::Trace t = load_single_segment();
+  EXPECT_EQ(t.metadata["memory.sample_rate_bytes"], "1");
+  EXPECT_EQ(t.overflows.size(), 0u);
+
+  std::map<uint64_t, uint64_t> count_by_size;
+  uint64_t at_site = 0;
+  for (const decode::AllocEvent& a : t.allocs) {
+    auto stack = t.stack(a.stack);
+    if (stack.empty() || !site_of(sites, stack[0])) continue;
+    ++at_site;
+    ++count_by_size[a.size];
+    EXPECT_NE(a.addr, 0u);
+  }
+  EXPECT_EQ(at_site, 9u * kRounds);
+  for (uint64_t size = 100; size <= 900; size += 100) {
+    EXPECT_EQ(count_by_size[size], static_cast<uint64_t>(kRounds)) << "size " << size;
+  }
+}
+
+// The segment carries what dial9 readers need: clock sync first, metadata, pooled
+// stacks, and timestamps on the monotonic clock.
+TEST_F(E2EAlloc, SegmentLayoutAndMetadata) {
+  RunResult r = run({program("known_sites"), "counted", "50"},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_SERVICE=checkout"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  decode::Trace t = load_single_segment();
+  std::string boot_id = std::filesystem::path(list_dirs(dir_)[0]).filename();
+  EXPECT_EQ(t.metadata["boot_id"], boot_id);
+  EXPECT_EQ(t.metadata["service"], "checkout");
+  EXPECT_EQ(t.metadata["libd9.version"].empty(), false);
+  EXPECT_EQ(t.metadata["segment.complete"], "true");
+  EXPECT_TRUE(t.metadata.count("memory.track_liveset"));
+  // boot_id is {4 lowercase letters}-{pid}.
+  ASSERT_GE(boot_id.size(), 6u);
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(boot_id[i] >= 'a' && boot_id[i] <= 'z') << boot_id;
+  EXPECT_EQ(boot_id[4], '-');
+
+  ASSERT_GE(t.clock_syncs.size(), 2u);
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  double realtime_age_s =
+      (static_cast<double>(now.tv_sec) * 1e9 + now.tv_nsec - t.clock_syncs[0].realtime_ns) / 1e9;
+  EXPECT_GE(realtime_age_s, 0);
+  EXPECT_LT(realtime_age_s, 120);
+  timespec mono;
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  uint64_t mono_now = static_cast<uint64_t>(mono.tv_sec) * 1000000000ULL + mono.tv_nsec;
+  ASSERT_FALSE(t.allocs.empty());
+  // Monotonic nanoseconds from this boot (samples may predate the lazily opened file).
+  for (const decode::AllocEvent& a : t.allocs) {
+    EXPECT_LE(a.ts, mono_now);
+    EXPECT_GE(a.ts + 120ULL * 1000000000ULL, mono_now);
+  }
+  // Stacks are pooled: far fewer distinct stacks than events.
+  EXPECT_LT(t.stacks.size(), t.allocs.size() / 10);
+  EXPECT_EQ(t.unresolved_refs, 0u);
+  EXPECT_EQ(t.EventCount("ClockSyncEvent"), t.clock_syncs.size());
+}
+
+// exit() from a thread other than main still seals the last segment.
+TEST_F(E2EAlloc, ExitFromAnotherThreadSealsTheSegment) {
+  RunResult r = run({program("known_sites"), "thread-exit"},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_RING_SLOTS=8192"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<Site> sites = parse_sites(r.out);
+  ASSERT_EQ(sites.size(), 1u);
+  decode::Trace t = load_single_segment();
+  uint64_t at_site = 0;
+  for (const decode::AllocEvent& a : t.allocs) {
+    auto stack = t.stack(a.stack);
+    if (!stack.empty() && site_of(sites, stack[0])) ++at_site;
+  }
+  EXPECT_EQ(at_site, 900u);
+}
+
+// A full ring drops samples, counts every one, and reports them as overflow deltas:
+// emitted + dropped == taken.
+TEST_F(E2EAlloc, DroppedSamplesAreCountedExactly) {
+  const int kRounds = 20000;
+  RunResult r = run({program("known_sites"), "counted", std::to_string(kRounds)},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_RING_SLOTS=16"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<Site> sites = parse_sites(r.out);
+  decode::Trace t = load_single_segment();
+  uint64_t dropped = 0;
+  for (const decode::Overflow& o : t.overflows) {
+    EXPECT_GT(o.dropped_allocs + o.dropped_frees, 0u) << "overflow events carry non-zero deltas";
+    dropped += o.dropped_allocs;
+  }
+  EXPECT_GT(dropped, 0u) << "a 16-slot ring should overflow at this rate";
+  // Every allocation of the process was a sample: those emitted plus those dropped must
+  // cover at least the site's allocations (start-up and stdio add a few more).
+  uint64_t emitted = t.allocs.size();
+  EXPECT_GE(emitted + dropped, 9u * kRounds);
+  EXPECT_LE(emitted + dropped, 9u * kRounds + 2000);
+}
+
+TEST_F(E2EAlloc, DisabledWritesNothing) {
+  RunResult r = run({program("known_sites"), "counted", "10"},
+                    {"D9_OUTPUT=" + dir_, "D9_ENABLE=0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_TRUE(list_dirs(dir_).empty());
+}
+
+}  // namespace
+}  // namespace d9::test
