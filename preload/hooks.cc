@@ -1,10 +1,20 @@
 // Every function libd9.so interposes, in one place. Each is a thin wrapper: the inline
-// sampling check (one TLS subtract and branch) and a tail call into jemalloc; only when
-// the thread's byte counter runs out does the out-of-line sampled path run.
+// sampling check (one TLS subtract and branch) and a call into jemalloc; only when the
+// thread's byte counter runs out does the out-of-line sampled path run.
 //
-// Frees need no bookkeeping yet (live-set tracking is a separate step), so they forward
-// straight to jemalloc. glibc-only extras (mallinfo, malloc_trim, mallopt, malloc_info)
-// are left to glibc: they describe glibc's unused arena and stay harmless.
+// Where jemalloc and glibc differ, the wrappers keep glibc's documented contract, which is
+// what programs on this platform were written against:
+//  - every block is 16-byte aligned (max_align_t), so sizes below 16 are raised to 16
+//    (in sized deletes too, so jemalloc sees the size class it allocated);
+//  - a failed realloc/valloc sets errno to ENOMEM;
+//  - memalign and aligned_alloc (an alias of it in glibc 2.36) round an alignment that is
+//    not a power of two up to the next one;
+//  - operator new runs the new-handler loop as libstdc++ does: any exception the handler
+//    throws propagates, and the retry keeps the requested alignment;
+//  - d9's own bookkeeping never changes errno.
+// Frees need no bookkeeping yet (live-set tracking is a separate step). glibc-only extras
+// (mallinfo, malloc_trim, mallopt, malloc_info) are left to glibc: they describe glibc's
+// unused arena and stay harmless.
 #include <errno.h>
 #include <unistd.h>
 
@@ -20,22 +30,40 @@
 
 #define D9_EXPORT extern "C" __attribute__((visibility("default")))
 #define D9_EXPORT_CXX __attribute__((visibility("default")))
+#define D9_LIKELY(x) __builtin_expect(!!(x), 1)
 
 namespace {
 
 using d9::tls_state;
+
+constexpr size_t kMinAlign = 16;  // glibc's MALLOC_ALIGNMENT on 64-bit
+
+// Smallest size whose jemalloc size class is 16-byte aligned.
+inline size_t glibc_size(size_t size) { return size < kMinAlign ? kMinAlign : size; }
 
 // The fast path: charge `size` bytes to this thread; true while no sample point is hit.
 inline bool no_sample(size_t size) {
   return !d9::reaches_sample_point(tls_state.bytes_until_sample, size);
 }
 
-// The sampled path, out of line: decide, allocate, record.
+// The sampled path, out of line: decide, allocate, record. errno is what the allocation
+// left it, never what d9's own work did.
 template <class Allocate>
 __attribute__((noinline)) void* sampled(size_t size, Allocate allocate) {
+  int saved = errno;
   bool take = d9::runtime::at_sample_point(size);
+  errno = saved;
   void* p = allocate();
-  if (take && p) d9::alloc::record_alloc(p, size);
+  if (take && p) {
+    saved = errno;
+    d9::alloc::record_alloc(p, size);
+    errno = saved;
+  }
+  return p;
+}
+
+inline void* or_enomem(void* p) {
+  if (__builtin_expect(p == nullptr, 0)) errno = ENOMEM;
   return p;
 }
 
@@ -44,22 +72,103 @@ size_t page_size() {
   return page;
 }
 
+// glibc's memalign: alignments up to 16 are plain malloc; others are rounded up to a power
+// of two; absurd ones fail with EINVAL.
+void* glibc_memalign(size_t alignment, size_t size) {
+  if (alignment <= kMinAlign) return or_enomem(d9_je_malloc(glibc_size(size)));
+  if (alignment > SIZE_MAX / 2 + 1) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  size_t a = kMinAlign;
+  while (a < alignment) a <<= 1;
+  return or_enomem(d9_je_aligned_alloc(a, size));
+}
+
+// operator new when the allocator came back empty: the standard's new-handler loop.
+template <bool kNoThrow>
+__attribute__((noinline)) void* new_failed(size_t size, size_t alignment) {
+  for (;;) {
+    std::new_handler handler = std::get_new_handler();
+    if (!handler) {
+      if (kNoThrow) return nullptr;
+      throw std::bad_alloc();
+    }
+    if constexpr (kNoThrow) {
+      try {
+        handler();
+      } catch (...) {
+        return nullptr;
+      }
+    } else {
+      handler();
+    }
+    void* p = alignment ? d9_je_aligned_alloc(alignment, size) : d9_je_malloc(size);
+    if (p) return p;
+  }
+}
+
+template <bool kNoThrow>
+inline void* new_impl(size_t size) {
+  void* p = d9_je_malloc(glibc_size(size));
+  if (D9_LIKELY(p)) return p;
+  return new_failed<kNoThrow>(glibc_size(size), 0);
+}
+
+template <bool kNoThrow>
+inline void* new_aligned_impl(size_t size, std::align_val_t al) {
+  auto alignment = static_cast<size_t>(al);
+  if (alignment < kMinAlign) alignment = kMinAlign;
+  void* p = d9_je_aligned_alloc(alignment, size);
+  if (D9_LIKELY(p)) return p;
+  return new_failed<kNoThrow>(size, alignment);
+}
+
+template <bool kNoThrow>
+inline void* new_entry(size_t size) {
+  if (no_sample(size)) return new_impl<kNoThrow>(size);
+  return sampled(size, [=] { return new_impl<kNoThrow>(size); });
+}
+
+template <bool kNoThrow>
+inline void* new_aligned_entry(size_t size, std::align_val_t al) {
+  if (no_sample(size)) return new_aligned_impl<kNoThrow>(size, al);
+  return sampled(size, [=] { return new_aligned_impl<kNoThrow>(size, al); });
+}
+
+inline void sized_free(void* p, size_t size) {
+  if (p) d9_je_sdallocx(p, glibc_size(size), 0);
+}
+
+inline void aligned_free(void* p, std::align_val_t al) {
+  auto alignment = static_cast<size_t>(al);
+  if (p) d9_je_dallocx(p, MALLOCX_ALIGN(alignment < kMinAlign ? kMinAlign : alignment));
+}
+
+inline void sized_aligned_free(void* p, size_t size, std::align_val_t al) {
+  auto alignment = static_cast<size_t>(al);
+  if (p) d9_je_sdallocx(p, size, MALLOCX_ALIGN(alignment < kMinAlign ? kMinAlign : alignment));
+}
+
 }  // namespace
 
 // ---- C allocation API ------------------------------------------------------------------
 
 D9_EXPORT void* malloc(size_t size) {
-  if (no_sample(size)) return d9_je_malloc(size);
-  return sampled(size, [=] { return d9_je_malloc(size); });
+  if (no_sample(size)) return d9_je_malloc(glibc_size(size));
+  return sampled(size, [=] { return d9_je_malloc(glibc_size(size)); });
 }
 
 D9_EXPORT void free(void* ptr) { d9_je_free(ptr); }
 
 D9_EXPORT void* calloc(size_t n, size_t size) {
   size_t total;
-  if (__builtin_mul_overflow(n, size, &total)) return d9_je_calloc(n, size);  // ENOMEM
-  if (no_sample(total)) return d9_je_calloc(n, size);
-  return sampled(total, [=] { return d9_je_calloc(n, size); });
+  if (__builtin_mul_overflow(n, size, &total)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (no_sample(total)) return d9_je_calloc(1, glibc_size(total));
+  return sampled(total, [=] { return d9_je_calloc(1, glibc_size(total)); });
 }
 
 D9_EXPORT void* realloc(void* ptr, size_t size) {
@@ -68,8 +177,8 @@ D9_EXPORT void* realloc(void* ptr, size_t size) {
     d9_je_free(ptr);
     return nullptr;
   }
-  if (no_sample(size)) return d9_je_realloc(ptr, size);
-  return sampled(size, [=] { return d9_je_realloc(ptr, size); });
+  if (no_sample(size)) return or_enomem(d9_je_realloc(ptr, glibc_size(size)));
+  return sampled(size, [=] { return or_enomem(d9_je_realloc(ptr, glibc_size(size))); });
 }
 
 D9_EXPORT void* reallocarray(void* ptr, size_t n, size_t size) {
@@ -82,40 +191,35 @@ D9_EXPORT void* reallocarray(void* ptr, size_t n, size_t size) {
 }
 
 D9_EXPORT int posix_memalign(void** out, size_t alignment, size_t size) {
-  if (no_sample(size)) return d9_je_posix_memalign(out, alignment, size);
+  if (alignment == 0 || (alignment & (alignment - 1)) || alignment % sizeof(void*)) {
+    return EINVAL;
+  }
+  if (alignment < kMinAlign) alignment = kMinAlign;
+  int saved = errno;  // posix_memalign reports through its result, never through errno
   int rc = 0;
-  sampled(size, [&]() -> void* {
-    rc = d9_je_posix_memalign(out, alignment, size);
-    return rc == 0 ? *out : nullptr;
-  });
+  auto allocate = [&]() -> void* {
+    void* p = d9_je_aligned_alloc(alignment, size);
+    rc = p ? 0 : ENOMEM;
+    if (p) *out = p;
+    return p;
+  };
+  if (no_sample(size)) {
+    allocate();
+  } else {
+    sampled(size, allocate);
+  }
+  errno = saved;
   return rc;
 }
 
-D9_EXPORT void* aligned_alloc(size_t alignment, size_t size) {
-  if (no_sample(size)) return d9_je_aligned_alloc(alignment, size);
-  return sampled(size, [=] { return d9_je_aligned_alloc(alignment, size); });
-}
-
 D9_EXPORT void* memalign(size_t alignment, size_t size) {
-  // glibc rounds an alignment that is not a power of two up to the next one.
-  if (alignment & (alignment - 1)) {
-    size_t a = 1;
-    while (a < alignment && a != 0) a <<= 1;
-    if (a == 0) {
-      errno = EINVAL;
-      return nullptr;
-    }
-    alignment = a;
-  }
-  if (alignment < sizeof(void*)) alignment = sizeof(void*);
-  if (no_sample(size)) return d9_je_aligned_alloc(alignment, size);
-  return sampled(size, [=] { return d9_je_aligned_alloc(alignment, size); });
+  if (no_sample(size)) return glibc_memalign(alignment, size);
+  return sampled(size, [=] { return glibc_memalign(alignment, size); });
 }
 
-D9_EXPORT void* valloc(size_t size) {
-  if (no_sample(size)) return d9_je_valloc(size);
-  return sampled(size, [=] { return d9_je_valloc(size); });
-}
+D9_EXPORT void* aligned_alloc(size_t alignment, size_t size) { return memalign(alignment, size); }
+
+D9_EXPORT void* valloc(size_t size) { return memalign(page_size(), size); }
 
 D9_EXPORT void* pvalloc(size_t size) {
   // glibc: page-aligned, size rounded up to whole pages, at least one page.
@@ -170,68 +274,49 @@ D9_EXPORT void malloc_stats_print(void (*write_cb)(void*, const char*), void* cb
 
 // ---- C++ operators new and delete: every standard form --------------------------------
 
-D9_EXPORT_CXX void* operator new(size_t size) {
-  if (no_sample(size)) return d9_je__Znwm(size);
-  return sampled(size, [=] { return d9_je__Znwm(size); });
+D9_EXPORT_CXX void* operator new(size_t size) { return new_entry<false>(size); }
+D9_EXPORT_CXX void* operator new[](size_t size) { return new_entry<false>(size); }
+D9_EXPORT_CXX void* operator new(size_t size, const std::nothrow_t&) noexcept {
+  return new_entry<true>(size);
 }
-D9_EXPORT_CXX void* operator new[](size_t size) {
-  if (no_sample(size)) return d9_je__Znam(size);
-  return sampled(size, [=] { return d9_je__Znam(size); });
-}
-D9_EXPORT_CXX void* operator new(size_t size, const std::nothrow_t& tag) noexcept {
-  if (no_sample(size)) return d9_je__ZnwmRKSt9nothrow_t(size, tag);
-  return sampled(size, [&] { return d9_je__ZnwmRKSt9nothrow_t(size, tag); });
-}
-D9_EXPORT_CXX void* operator new[](size_t size, const std::nothrow_t& tag) noexcept {
-  if (no_sample(size)) return d9_je__ZnamRKSt9nothrow_t(size, tag);
-  return sampled(size, [&] { return d9_je__ZnamRKSt9nothrow_t(size, tag); });
+D9_EXPORT_CXX void* operator new[](size_t size, const std::nothrow_t&) noexcept {
+  return new_entry<true>(size);
 }
 D9_EXPORT_CXX void* operator new(size_t size, std::align_val_t al) {
-  if (no_sample(size)) return d9_je__ZnwmSt11align_val_t(size, al);
-  return sampled(size, [=] { return d9_je__ZnwmSt11align_val_t(size, al); });
+  return new_aligned_entry<false>(size, al);
 }
 D9_EXPORT_CXX void* operator new[](size_t size, std::align_val_t al) {
-  if (no_sample(size)) return d9_je__ZnamSt11align_val_t(size, al);
-  return sampled(size, [=] { return d9_je__ZnamSt11align_val_t(size, al); });
+  return new_aligned_entry<false>(size, al);
 }
 D9_EXPORT_CXX void* operator new(size_t size, std::align_val_t al,
-                                 const std::nothrow_t& tag) noexcept {
-  if (no_sample(size)) return d9_je__ZnwmSt11align_val_tRKSt9nothrow_t(size, al, tag);
-  return sampled(size, [&] { return d9_je__ZnwmSt11align_val_tRKSt9nothrow_t(size, al, tag); });
+                                 const std::nothrow_t&) noexcept {
+  return new_aligned_entry<true>(size, al);
 }
 D9_EXPORT_CXX void* operator new[](size_t size, std::align_val_t al,
-                                   const std::nothrow_t& tag) noexcept {
-  if (no_sample(size)) return d9_je__ZnamSt11align_val_tRKSt9nothrow_t(size, al, tag);
-  return sampled(size, [&] { return d9_je__ZnamSt11align_val_tRKSt9nothrow_t(size, al, tag); });
+                                   const std::nothrow_t&) noexcept {
+  return new_aligned_entry<true>(size, al);
 }
 
-D9_EXPORT_CXX void operator delete(void* p) noexcept { d9_je__ZdlPv(p); }
-D9_EXPORT_CXX void operator delete[](void* p) noexcept { d9_je__ZdaPv(p); }
-D9_EXPORT_CXX void operator delete(void* p, size_t n) noexcept { d9_je__ZdlPvm(p, n); }
-D9_EXPORT_CXX void operator delete[](void* p, size_t n) noexcept { d9_je__ZdaPvm(p, n); }
-D9_EXPORT_CXX void operator delete(void* p, std::align_val_t al) noexcept {
-  d9_je__ZdlPvSt11align_val_t(p, al);
-}
+D9_EXPORT_CXX void operator delete(void* p) noexcept { d9_je_free(p); }
+D9_EXPORT_CXX void operator delete[](void* p) noexcept { d9_je_free(p); }
+D9_EXPORT_CXX void operator delete(void* p, size_t n) noexcept { sized_free(p, n); }
+D9_EXPORT_CXX void operator delete[](void* p, size_t n) noexcept { sized_free(p, n); }
+D9_EXPORT_CXX void operator delete(void* p, const std::nothrow_t&) noexcept { d9_je_free(p); }
+D9_EXPORT_CXX void operator delete[](void* p, const std::nothrow_t&) noexcept { d9_je_free(p); }
+D9_EXPORT_CXX void operator delete(void* p, std::align_val_t al) noexcept { aligned_free(p, al); }
 D9_EXPORT_CXX void operator delete[](void* p, std::align_val_t al) noexcept {
-  d9_je__ZdaPvSt11align_val_t(p, al);
+  aligned_free(p, al);
 }
 D9_EXPORT_CXX void operator delete(void* p, size_t n, std::align_val_t al) noexcept {
-  d9_je__ZdlPvmSt11align_val_t(p, n, al);
+  sized_aligned_free(p, n, al);
 }
 D9_EXPORT_CXX void operator delete[](void* p, size_t n, std::align_val_t al) noexcept {
-  d9_je__ZdaPvmSt11align_val_t(p, n, al);
+  sized_aligned_free(p, n, al);
 }
-D9_EXPORT_CXX void operator delete(void* p, const std::nothrow_t& tag) noexcept {
-  d9_je__ZdlPvRKSt9nothrow_t(p, tag);
-}
-D9_EXPORT_CXX void operator delete[](void* p, const std::nothrow_t& tag) noexcept {
-  d9_je__ZdaPvRKSt9nothrow_t(p, tag);
-}
-D9_EXPORT_CXX void operator delete(void* p, std::align_val_t al,
-                                   const std::nothrow_t& tag) noexcept {
-  d9_je__ZdlPvSt11align_val_tRKSt9nothrow_t(p, al, tag);
+D9_EXPORT_CXX void operator delete(void* p, std::align_val_t al, const std::nothrow_t&) noexcept {
+  aligned_free(p, al);
 }
 D9_EXPORT_CXX void operator delete[](void* p, std::align_val_t al,
-                                     const std::nothrow_t& tag) noexcept {
-  d9_je__ZdaPvSt11align_val_tRKSt9nothrow_t(p, al, tag);
+                                     const std::nothrow_t&) noexcept {
+  aligned_free(p, al);
 }

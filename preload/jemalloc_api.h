@@ -1,11 +1,13 @@
-// jemalloc's entry points inside libd9.so. Debian's libjemalloc_pic.a is linked in with
+// jemalloc's entry points inside libd9.so (its C API; d9 implements operator new itself). Debian's libjemalloc_pic.a is linked in with
 // every public symbol renamed `d9_je_<name>` (see preload/CMakeLists.txt), so the calls
 // below go straight into jemalloc's own fast paths, with no PLT and no chance of binding
 // to another allocator, and libd9's exported malloc family is the only one the host sees.
 #pragma once
 
 #include <cstddef>
-#include <new>
+
+// Same flag encoding as jemalloc.h's MALLOCX_ALIGN (log2 of the alignment, power of two).
+#define MALLOCX_ALIGN(a) static_cast<int>(__builtin_ctzl(a))
 
 extern "C" {
 void* d9_je_malloc(size_t size) noexcept;
@@ -33,29 +35,4 @@ int d9_je_mallctlbymib(const size_t* mib, size_t miblen, void* oldp, size_t* old
 void d9_je_malloc_stats_print(void (*write_cb)(void*, const char*), void* cbopaque,
                               const char* opts) noexcept;
 
-// jemalloc's C++ operators (new-handler loop, std::bad_alloc, sized and aligned forms).
-void* d9_je__Znwm(size_t);
-void* d9_je__Znam(size_t);
-void* d9_je__ZnwmRKSt9nothrow_t(size_t, const std::nothrow_t&) noexcept;
-void* d9_je__ZnamRKSt9nothrow_t(size_t, const std::nothrow_t&) noexcept;
-void* d9_je__ZnwmSt11align_val_t(size_t, std::align_val_t);
-void* d9_je__ZnamSt11align_val_t(size_t, std::align_val_t);
-void* d9_je__ZnwmSt11align_val_tRKSt9nothrow_t(size_t, std::align_val_t,
-                                              const std::nothrow_t&) noexcept;
-void* d9_je__ZnamSt11align_val_tRKSt9nothrow_t(size_t, std::align_val_t,
-                                              const std::nothrow_t&) noexcept;
-void d9_je__ZdlPv(void*) noexcept;
-void d9_je__ZdaPv(void*) noexcept;
-void d9_je__ZdlPvm(void*, size_t) noexcept;
-void d9_je__ZdaPvm(void*, size_t) noexcept;
-void d9_je__ZdlPvSt11align_val_t(void*, std::align_val_t) noexcept;
-void d9_je__ZdaPvSt11align_val_t(void*, std::align_val_t) noexcept;
-void d9_je__ZdlPvmSt11align_val_t(void*, size_t, std::align_val_t) noexcept;
-void d9_je__ZdaPvmSt11align_val_t(void*, size_t, std::align_val_t) noexcept;
-void d9_je__ZdlPvRKSt9nothrow_t(void*, const std::nothrow_t&) noexcept;
-void d9_je__ZdaPvRKSt9nothrow_t(void*, const std::nothrow_t&) noexcept;
-void d9_je__ZdlPvSt11align_val_tRKSt9nothrow_t(void*, std::align_val_t,
-                                              const std::nothrow_t&) noexcept;
-void d9_je__ZdaPvSt11align_val_tRKSt9nothrow_t(void*, std::align_val_t,
-                                              const std::nothrow_t&) noexcept;
 }

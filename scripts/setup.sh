@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages d9 needs to build and test, when they are missing.
+# Needs root (or sudo) only if something is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config          # toolchain
+  libjemalloc-dev libunwind-dev libdw-dev   # allocator, stacks, symbols
+  libzstd-dev zlib1g-dev zstd               # segment compression
+  libgtest-dev                              # tests
+  clang                                     # libFuzzer target
+  python3 sqlite3 git                       # real programs the tests run under d9
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "d9 setup: installing ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q >/dev/null
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
