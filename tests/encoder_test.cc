@@ -1,0 +1,145 @@
+// The encoder against the decoder: every event d9 writes survives a round trip with its
+// exact field values, pooled stacks and strings are written once per sub-stream, and
+// timestamps survive resets.
+#include "writer/encoder.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "writer/decoder.h"
+
+namespace d9 {
+namespace {
+
+decode::Trace decode_bytes(const std::vector<uint8_t>& bytes) {
+  decode::Trace t = decode::DecodeTrace(bytes);
+  EXPECT_TRUE(t.ok()) << t.error;
+  return t;
+}
+
+TEST(Encoder, EveryEventRoundTrips) {
+  Encoder e;
+  e.begin_stream();
+  e.clock_sync(5'000'000'000, 1'700'000'000'123'456'789);
+  e.segment_metadata(5'000'000'100, {{"memory.sample_rate_bytes", "524288"}, {"service", "x"}});
+  const std::vector<uint64_t> stack = {0x401000, 0x402000, 0x7f0000001234};
+  e.alloc_event(5'000'001'000, 42, 1024, 0x7f00deadbeef, stack);
+  e.free_event(5'000'002'000, 43, 0x7f00deadbeef, 1024, 5'000'001'000);
+  e.overflow_event(5'000'003'000, 2, 7);
+  e.begin_stream();
+  e.symbol_entry(0x401000, 0, "ns::f(int)", 0, "/src/a.cc", 12);
+  e.symbol_entry(0x401000, 0, "inlined", 1, "", 0);
+
+  decode::Trace t = decode_bytes(e.bytes());
+  EXPECT_EQ(t.stream_headers, 2u);
+  ASSERT_EQ(t.clock_syncs.size(), 1u);
+  EXPECT_EQ(t.clock_syncs[0].ts, 5'000'000'000u);
+  EXPECT_EQ(t.clock_syncs[0].realtime_ns, 1'700'000'000'123'456'789u);
+  EXPECT_EQ(t.metadata.at("memory.sample_rate_bytes"), "524288");
+  EXPECT_EQ(t.metadata.at("service"), "x");
+  ASSERT_EQ(t.allocs.size(), 1u);
+  EXPECT_EQ(t.allocs[0].ts, 5'000'001'000u);
+  EXPECT_EQ(t.allocs[0].tid, 42u);
+  EXPECT_EQ(t.allocs[0].size, 1024u);
+  EXPECT_EQ(t.allocs[0].addr, 0x7f00deadbeefu);
+  auto frames = t.stack(t.allocs[0].stack);
+  EXPECT_EQ(std::vector<uint64_t>(frames.begin(), frames.end()), stack);
+  ASSERT_EQ(t.frees.size(), 1u);
+  EXPECT_EQ(t.frees[0].tid, 43u);
+  EXPECT_EQ(t.frees[0].addr, 0x7f00deadbeefu);
+  EXPECT_EQ(t.frees[0].size, 1024u);
+  EXPECT_EQ(t.frees[0].alloc_ts, t.allocs[0].ts);  // dial9 pairs on this, bit for bit
+  ASSERT_EQ(t.overflows.size(), 1u);
+  EXPECT_EQ(t.overflows[0].dropped_allocs, 2u);
+  EXPECT_EQ(t.overflows[0].dropped_frees, 7u);
+  ASSERT_EQ(t.symbols.size(), 2u);
+  EXPECT_EQ(t.symbols[0].name, "ns::f(int)");
+  EXPECT_EQ(t.symbols[0].file, "/src/a.cc");
+  EXPECT_EQ(t.symbols[0].line, 12u);
+  EXPECT_EQ(t.symbols[1].inline_depth, 1u);
+  EXPECT_EQ(t.unresolved_refs, 0u);
+}
+
+TEST(Encoder, SchemaFieldsMatchTheContract) {
+  // dial9-format.md §2: names, types and order are fixed.
+  Encoder e;
+  e.begin_stream();
+  e.alloc_event(1, 1, 1, 1, std::vector<uint64_t>{1});
+  e.free_event(2, 1, 1, 1, 1);
+  e.overflow_event(3, 1, 0);
+  std::map<std::string, std::vector<std::pair<std::string, uint8_t>>> schemas;
+  struct V : decode::Visitor {
+    std::map<std::string, std::vector<std::pair<std::string, uint8_t>>>* out;
+    void OnSchema(const decode::Schema& s) override {
+      auto& fields = (*out)[std::string(s.name)];
+      for (const auto& f : s.fields) {
+        fields.emplace_back(std::string(f.name),
+                            static_cast<uint8_t>(f.type) | (f.optional ? 0x80 : 0));
+      }
+    }
+    bool OnEvent(const decode::Event&) override { return true; }
+  } v;
+  v.out = &schemas;
+  decode::Decoder decoder;
+  EXPECT_TRUE(decoder.Decode(e.bytes(), v).ok());
+  using F = std::vector<std::pair<std::string, uint8_t>>;
+  EXPECT_EQ(schemas["AllocEvent"], (F{{"tid", 13}, {"size", 9}, {"addr", 9}, {"callchain", 6}}));
+  EXPECT_EQ(schemas["FreeEvent"],
+            (F{{"tid", 13}, {"addr", 9}, {"size", 9}, {"alloc_timestamp_ns", 9}}));
+  EXPECT_EQ(schemas["MemoryProfileOverflowEvent"], (F{{"dropped_allocs", 9}, {"dropped_frees", 9}}));
+}
+
+TEST(Encoder, StacksAndStringsArePooledOncePerSubStream) {
+  Encoder e;
+  e.begin_stream();
+  const std::vector<uint64_t> a = {1, 2, 3}, b = {1, 2, 4};
+  e.alloc_event(10, 1, 8, 100, a);
+  size_t after_first = e.size();
+  e.alloc_event(11, 1, 8, 200, a);
+  size_t second_event_bytes = e.size() - after_first;
+  EXPECT_LT(second_event_bytes, 20u) << "a repeated stack must not be written again";
+  e.alloc_event(12, 1, 8, 300, b);
+  EXPECT_EQ(e.stack_count(), 2u);
+  // A new sub-stream forgets the pools: the stack is interned again and still resolves.
+  e.begin_stream();
+  e.alloc_event(13, 1, 8, 400, a);
+  EXPECT_EQ(e.stack_count(), 1u);
+  decode::Trace t = decode_bytes(e.bytes());
+  ASSERT_EQ(t.allocs.size(), 4u);
+  for (const auto& ev : t.allocs) EXPECT_EQ(t.stack(ev.stack).size(), 3u);
+  EXPECT_EQ(t.stack(t.allocs[3].stack)[2], 3u);
+  EXPECT_EQ(t.unresolved_refs, 0u);
+}
+
+TEST(Encoder, TimestampsSurviveBackwardsAndLargeJumps) {
+  Encoder e;
+  e.begin_stream();
+  const std::vector<uint64_t> ts = {1'000, 1'500, 900, 900 + 0xFFFFFF, 900 + 0xFFFFFF + 0x1000000,
+                                    0, 1ULL << 62};
+  for (uint64_t t : ts) e.overflow_event(t, 1, 0);
+  decode::Trace t = decode_bytes(e.bytes());
+  ASSERT_EQ(t.overflows.size(), ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) EXPECT_EQ(t.overflows[i].ts, ts[i]) << i;
+  // Resets only where needed: first event (from base 0 beyond u24), backwards (900, 0),
+  // the jump beyond u24, and the huge one.
+  EXPECT_EQ(t.timestamp_resets, 4u);
+}
+
+TEST(Encoder, VarintBoundaries) {
+  Encoder e;
+  e.begin_stream();
+  const std::vector<uint64_t> sizes = {0, 127, 128, 16383, 16384, UINT32_MAX, UINT64_MAX};
+  for (uint64_t s : sizes) e.alloc_event(1, 1, s, s, std::vector<uint64_t>{s});
+  decode::Trace t = decode_bytes(e.bytes());
+  ASSERT_EQ(t.allocs.size(), sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(t.allocs[i].size, sizes[i]);
+    EXPECT_EQ(t.allocs[i].addr, sizes[i]);
+  }
+}
+
+}  // namespace
+}  // namespace d9
