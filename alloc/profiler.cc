@@ -12,7 +12,7 @@
 #include "alloc/stack.h"
 
 namespace d9 {
-thread_local ThreadState tls_state __attribute__((tls_model("initial-exec")));
+constinit thread_local ThreadState tls_state __attribute__((tls_model("initial-exec"))) = {};
 }  // namespace d9
 
 namespace d9::alloc {

@@ -31,6 +31,13 @@ bool load_unwinder() {
   if (!lib) return false;
   auto fn = reinterpret_cast<BacktraceFn>(dlsym(lib, "unw_backtrace"));
   if (!fn) return false;
+  // Per-thread caches of unwind information: no lock shared between sampling threads, and
+  // repeated stacks skip the DWARF lookups.
+  using SetPolicyFn = int (*)(void*, int);
+  auto set_policy = reinterpret_cast<SetPolicyFn>(dlsym(lib, "_ULx86_64_set_caching_policy"));
+  auto* space = static_cast<void**>(dlsym(lib, "_ULx86_64_local_addr_space"));
+  constexpr int kCachePerThread = 2;  // UNW_CACHE_PER_THREAD
+  if (set_policy && space) set_policy(*space, kCachePerThread);
   g_backtrace.store(fn, std::memory_order_release);
   return true;
 }

@@ -24,7 +24,8 @@ struct ThreadState {
 };
 static_assert(sizeof(ThreadState) == 32, "ThreadState is on every allocation's path: keep it small");
 
-extern thread_local ThreadState tls_state __attribute__((tls_model("initial-exec")));
+// constinit: no dynamic initialiser, so access needs no TLS-init wrapper call on the fast path.
+extern constinit thread_local ThreadState tls_state __attribute__((tls_model("initial-exec")));
 
 // Marks d9 code running on a host thread; allocations made meanwhile are served but never
 // sampled, so stack capture or the writer can allocate without recursing into the sampler.
