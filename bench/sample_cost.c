@@ -2,6 +2,7 @@
  * loop. Run with D9_SAMPLE_RATE=1 (every allocation sampled) and with D9_ENABLE=0; the
  * difference per operation is the sampled path (stack capture + ring push).
  * Usage: sample_cost DEPTH N   -> prints ns per malloc/free pair */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
