@@ -1,0 +1,371 @@
+// Real programs run unchanged with the library preloaded, and their segments decode:
+// python3 churning dicts and lists, sqlite3 inserting 200k rows in memory, git
+// init/add/commit/log on a generated repository, bash -c pipelines. Output is compared
+// byte for byte with a run without d9. Process trees (git, bash) also check what fork
+// children that exec leave behind.
+//
+// The programs are the distribution's own (/usr/bin/python3, not a pyenv shim). A
+// program missing on the machine skips its test; CI installs them in its setup script.
+// scripts/real_programs.sh runs the same programs longer, for local soak runs.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "tests/e2e_util.h"
+
+namespace d9::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kPython[] = "/usr/bin/python3";
+constexpr char kSqlite[] = "/usr/bin/sqlite3";
+constexpr char kGit[] = "/usr/bin/git";
+constexpr char kBash[] = "/bin/bash";
+
+bool executable(const char* path) {
+  return access(path, X_OK) == 0;
+}
+
+#define REQUIRE_PROGRAM(path) \
+  if (!executable(path)) GTEST_SKIP() << path << " is not installed; skipping"
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  if (from.empty()) return s;
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+    s.replace(at, from.size(), to);
+  }
+  return s;
+}
+
+// Totals over every segment found under a directory.
+struct Decoded {
+  size_t segments = 0;
+  size_t processes = 0;
+  size_t active = 0;  // segments left unsealed
+  uint64_t allocs = 0;
+  uint64_t allocs_with_stack = 0;
+};
+
+class RealPrograms : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = make_temp_dir("e2e-real");
+    ASSERT_FALSE(dir_.empty());
+    traces_ = dir_ + "/traces";
+  }
+  void TearDown() override {
+    if (!HasFailure()) remove_tree(dir_);
+  }
+
+  // Runs argv without d9 and then with d9 (defaults, D9_OUTPUT under the test's
+  // directory) and expects the same exit code and byte-identical stdout.
+  void expect_same_run(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                       const std::vector<std::string>& d9_env = {}) {
+    RunResult plain = run(argv, env, /*preload=*/false);
+    std::vector<std::string> traced_env = env;
+    traced_env.push_back("D9_OUTPUT=" + traces_);
+    traced_env.insert(traced_env.end(), d9_env.begin(), d9_env.end());
+    RunResult traced = run(argv, traced_env, /*preload=*/true);
+    EXPECT_EQ(plain.exit_code, 0) << argv[0] << " failed without d9:\n" << plain.err;
+    EXPECT_EQ(traced.exit_code, plain.exit_code) << argv[0] << " with d9:\n" << traced.err;
+    EXPECT_EQ(traced.out, plain.out) << argv[0] << ": stdout differs with d9";
+    EXPECT_EQ(traced.err.find("d9:"), std::string::npos) << traced.err;
+  }
+
+  // Decodes every segment under traces_. Sealed segments must decode cleanly. With
+  // `allow_unsealed` (process trees: a process killed by SIGPIPE cannot seal, nor can a
+  // fork child that execs, see ForkExecChildrenLeaveNoUnsealedSegments) .active segments
+  // are counted and only have to load without crashing the decoder; otherwise every
+  // segment must be sealed.
+  Decoded decode_all(bool allow_unsealed = false) {
+    Decoded d;
+    d.processes = list_dirs(traces_).size();
+    for (const std::string& seg : find_segments(traces_)) {
+      ++d.segments;
+      decode::Trace t = decode::LoadTrace(seg);
+      if (seg.ends_with(".active")) {
+        ++d.active;
+        EXPECT_TRUE(allow_unsealed) << "left unsealed: " << seg;
+        if (allow_unsealed) continue;
+      }
+      EXPECT_TRUE(t.ok()) << seg << ": " << t.error;
+      EXPECT_EQ(t.unresolved_refs, 0u) << seg;
+      EXPECT_EQ(t.metadata.count("memory.sample_rate_bytes"), 1u) << seg;
+      d.allocs += t.allocs.size();
+      for (const auto& a : t.allocs) {
+        if (!t.stack(a.stack).empty()) ++d.allocs_with_stack;
+      }
+    }
+    if (d.active) {
+      std::cout << "note: " << d.active << " unsealed segment(s) of " << d.segments << "\n";
+    }
+    return d;
+  }
+
+  std::string dir_;
+  std::string traces_;
+};
+
+// ---- python3 ----------------------------------------------------------------------------
+
+// argv[1]: rounds of churn on the main thread (the threads do a quarter each).
+constexpr char kPythonChurn[] = R"py(
+import sys
+import threading
+
+ROUNDS = int(sys.argv[1])
+
+def churn(rounds, width):
+    total = 0
+    for r in range(rounds):
+        d = {}
+        for i in range(width):
+            d["k%d_%d" % (r, i)] = [i, str(i) * 3, {"x": i, "y": (i, r)}]
+        values = sorted(v[1] for v in d.values())
+        big = list(range(50000 + r))
+        big2 = big * 2
+        joined = "".join(values[:2000])
+        total += len(d) + len(values) + sum(big2[::1000]) + len(joined)
+        d.clear()
+        del values, big, big2
+    return total
+
+print("main", churn(ROUNDS, 20000))
+
+results = [0] * 4
+def work(n):
+    results[n] = churn(max(1, ROUNDS // 4), 10000 + n)
+threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("threads", results)
+
+grow = []
+for i in range(300000):
+    grow.append(("item", i, i * 2.5))
+print("grow", len(grow), grow[-1])
+print(sorted({i % 97: i for i in range(100000)}.items())[:4])
+print(bytes(range(256)) * 3 == bytes(range(256)) + bytes(range(256)) * 2)
+)py";
+
+TEST_F(RealPrograms, Python) {
+  REQUIRE_PROGRAM(kPython);
+  std::vector<std::string> env = {"PYTHONDONTWRITEBYTECODE=1", "PYTHONHASHSEED=0"};
+  expect_same_run({kPython, "-s", "-c", kPythonChurn, "25"}, env);
+  Decoded d = decode_all();
+  EXPECT_EQ(d.processes, 1u);
+  EXPECT_GE(d.allocs, 24u) << "python3 at the default rate";
+  EXPECT_GE(d.allocs_with_stack, d.allocs * 9 / 10);
+}
+
+// With PYTHONMALLOC=malloc every object goes through malloc/free, and with
+// D9_SAMPLE_RATE=1 every one of those allocations takes the sampled path.
+TEST_F(RealPrograms, PythonEveryObjectSampled) {
+  REQUIRE_PROGRAM(kPython);
+  std::vector<std::string> env = {"PYTHONDONTWRITEBYTECODE=1", "PYTHONHASHSEED=0",
+                                  "PYTHONMALLOC=malloc"};
+  expect_same_run({kPython, "-s", "-c", kPythonChurn, "6"}, env, {"D9_SAMPLE_RATE=1"});
+  Decoded d = decode_all();
+  EXPECT_EQ(d.processes, 1u);
+  EXPECT_GE(d.allocs, 100000u) << "python3 with every allocation sampled";
+  EXPECT_GE(d.allocs_with_stack, d.allocs * 9 / 10);
+}
+
+// ---- sqlite3 ----------------------------------------------------------------------------
+
+constexpr char kSql[] = R"sql(
+CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT, v INTEGER, pad TEXT);
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000)
+INSERT INTO t(k, v, pad)
+  SELECT printf('key-%08d', (x * 7919) % 200003), x % 1000,
+         substr(printf('%.40d', x), 1, 20 + x % 20) FROM c;
+CREATE INDEX t_k ON t(k);
+SELECT count(*), sum(v), min(k), max(k) FROM t;
+SELECT v % 10, count(*), sum(length(pad)) FROM t GROUP BY v % 10 ORDER BY 1;
+SELECT k, v FROM t ORDER BY pad DESC, k LIMIT 5;
+SELECT count(DISTINCT pad) FROM t;
+CREATE TABLE u AS SELECT k, group_concat(v) AS vs FROM t GROUP BY substr(k, 1, 9);
+SELECT count(*), sum(length(vs)) FROM u;
+DELETE FROM t WHERE v < 500;
+SELECT count(*), total(v) FROM t;
+)sql";
+
+TEST_F(RealPrograms, Sqlite) {
+  REQUIRE_PROGRAM(kSqlite);
+  expect_same_run({kSqlite, "-batch", ":memory:", kSql}, {"HOME=" + dir_});
+  Decoded d = decode_all();
+  EXPECT_EQ(d.processes, 1u);
+  EXPECT_GE(d.allocs, 24u) << "sqlite3 at the default rate";
+  EXPECT_GE(d.allocs_with_stack, d.allocs * 9 / 10);
+}
+
+// ---- git --------------------------------------------------------------------------------
+
+void write_file(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// 200 files in 10 directories, 200 lines each.
+void generate_repo(const std::string& repo) {
+  for (int i = 0; i < 200; ++i) {
+    std::string text;
+    for (int j = 0; j < 200; ++j) {
+      text += "file " + std::to_string(i) + " line " + std::to_string(j) + " " +
+              std::string(static_cast<size_t>(j % 50), 'x') + "\n";
+    }
+    write_file(repo + "/d" + std::to_string(i % 10) + "/f" + std::to_string(i) + ".txt", text);
+  }
+}
+
+// Edits 50 files, adds 20, removes 10.
+void edit_repo(const std::string& repo) {
+  for (int i = 0; i < 50; ++i) {
+    std::string path = repo + "/d" + std::to_string(i % 10) + "/f" + std::to_string(i) + ".txt";
+    std::ofstream(path, std::ios::app) << "appended line for " << i << "\n";
+  }
+  for (int i = 200; i < 220; ++i) {
+    write_file(repo + "/new/n" + std::to_string(i) + ".txt",
+               std::string(static_cast<size_t>(i * 10), 'n') + "\n");
+  }
+  for (int i = 190; i < 200; ++i) {
+    fs::remove(repo + "/d" + std::to_string(i % 10) + "/f" + std::to_string(i) + ".txt");
+  }
+}
+
+struct GitSession {
+  int exit_code = 0;  // first non-zero exit code, if any
+  std::string out;    // every command's stdout, with the repository path replaced
+  std::string err;
+};
+
+// Creates a repository in a fresh directory and drives git through it.
+GitSession git_session(const std::string& root, bool preload, const std::string& traces) {
+  std::string home = root + "/home", repo = root + "/repo";
+  fs::create_directories(home);
+  generate_repo(repo);
+  std::vector<std::string> env = {
+      "HOME=" + home,
+      "GIT_CONFIG_NOSYSTEM=1",
+      "GIT_AUTHOR_NAME=d9 test",
+      "GIT_AUTHOR_EMAIL=d9@example.com",
+      "GIT_COMMITTER_NAME=d9 test",
+      "GIT_COMMITTER_EMAIL=d9@example.com",
+      "GIT_AUTHOR_DATE=2024-01-01T00:00:00Z",
+      "GIT_COMMITTER_DATE=2024-01-01T00:00:00Z",
+      "GIT_PAGER=cat",
+      "PAGER=cat",
+      "LC_ALL=C",
+      "TZ=UTC",
+  };
+  if (preload) env.push_back("D9_OUTPUT=" + traces);
+  GitSession s;
+  auto git = [&](std::vector<std::string> args) {
+    // No automatic (possibly detached) gc or maintenance: every git process is waited for.
+    std::vector<std::string> argv = {kGit, "-c", "gc.auto=0", "-c", "maintenance.auto=false",
+                                     "-C", repo};
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult r = run(argv, env, preload);
+    s.out += "$ git";
+    for (const auto& a : args) s.out += " " + a;
+    s.out += "\n" + r.out + "[exit " + std::to_string(r.exit_code) + "]\n";
+    s.err += r.err;
+    if (r.exit_code != 0 && s.exit_code == 0) s.exit_code = r.exit_code;
+  };
+  git({"-c", "init.defaultBranch=main", "init"});
+  git({"add", "-A"});
+  git({"commit", "-q", "-m", "first: 200 generated files"});
+  edit_repo(repo);
+  git({"status", "--short"});
+  git({"add", "-A"});
+  git({"commit", "-m", "second: edit, add, remove"});
+  git({"log", "--stat"});
+  git({"diff", "HEAD~1", "--stat"});
+  git({"diff", "HEAD~1"});
+  git({"gc", "-q"});
+  git({"log", "--oneline", "--name-status"});
+  git({"status"});
+  s.out = replace_all(s.out, repo, "<repo>");
+  s.err = replace_all(s.err, repo, "<repo>");
+  return s;
+}
+
+TEST_F(RealPrograms, Git) {
+  REQUIRE_PROGRAM(kGit);
+  GitSession plain = git_session(dir_ + "/plain", false, traces_);
+  GitSession traced = git_session(dir_ + "/traced", true, traces_);
+  EXPECT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  EXPECT_EQ(traced.exit_code, plain.exit_code) << traced.err;
+  EXPECT_EQ(traced.out, plain.out);
+  EXPECT_EQ(traced.err.find("d9:"), std::string::npos) << traced.err;
+  EXPECT_NE(plain.out.find("<repo>/.git/"), std::string::npos) << plain.out;
+  Decoded d = decode_all(/*allow_unsealed=*/true);
+  EXPECT_GE(d.processes, 1u);
+  EXPECT_GE(d.allocs, 1u) << "git (about a dozen processes) at the default rate";
+}
+
+// ---- bash -------------------------------------------------------------------------------
+
+constexpr char kBashScript[] = R"sh(
+set -o pipefail
+seq 1 200000 | sort -r | head -3
+seq 1 100000 | awk '{ s += $1 * $1 } END { print s }'
+x=; for i in $(seq 1 3000); do x="$x$i,"; done; echo ${#x}
+declare -A m; for i in $(seq 1 5000); do m[k$i]=$i; done; echo ${#m[@]}
+printf '%s\n' {1..20000} | sort -n | tail -1 | tr 0-9 a-j
+seq 50000 | sha256sum
+words=$(seq 1 20000 | sed 's/^/w/' | sort | uniq -c | wc -l); echo $words
+( for i in 1 2 3; do echo sub $i; done ) | cat
+echo done
+)sh";
+
+TEST_F(RealPrograms, BashPipelines) {
+  REQUIRE_PROGRAM(kBash);
+  expect_same_run({kBash, "-c", kBashScript}, {"LC_ALL=C"});
+  // `sort -r | head -3`: head exits early and sort dies of SIGPIPE, so its segment (if it
+  // sampled anything) stays .active.
+  Decoded d = decode_all(/*allow_unsealed=*/true);
+  EXPECT_GE(d.processes, 1u);
+  EXPECT_GE(d.allocs, 1u) << "bash and its pipelines at the default rate";
+}
+
+// A shell forking and exec'ing: every process exits normally or is replaced by exec, so
+// nothing may be left unsealed: no .active segment, no empty or unreadable file, no empty
+// process directory. The subshells allocate (every allocation sampled) for a few
+// milliseconds and then exec, so their writer thread has certainly started a segment;
+// the /bin/true loop races fork children that exec at once.
+TEST_F(RealPrograms, ForkExecChildrenLeaveNoUnsealedSegments) {
+  REQUIRE_PROGRAM(kBash);
+  const char* script =
+      "for i in 1 2 3; do ( y=; for j in {1..2000}; do y=$y$j; done; exec /bin/true ); done\n"
+      "for i in {1..60}; do /bin/true; done\n"
+      "echo done\n";
+  expect_same_run({kBash, "-c", script}, {"LC_ALL=C"}, {"D9_SAMPLE_RATE=1"});
+  for (const std::string& dir : list_dirs(traces_)) {
+    EXPECT_FALSE(fs::is_empty(dir)) << "empty process directory " << dir;
+  }
+  size_t unsealed = 0;
+  for (const std::string& seg : find_segments(traces_)) {
+    decode::Trace t = decode::LoadTrace(seg);
+    if (seg.ends_with(".active")) {
+      ++unsealed;
+      auto service = t.metadata.find("service");
+      ADD_FAILURE() << "left unsealed: " << seg << " (" << fs::file_size(seg) << " bytes, "
+                    << t.allocs.size() << " samples, service "
+                    << (service == t.metadata.end() ? "?" : service->second) << ")";
+      continue;
+    }
+    EXPECT_TRUE(t.ok()) << seg << ": " << t.error;
+  }
+  EXPECT_EQ(unsealed, 0u);
+}
+
+}  // namespace
+}  // namespace d9::test
