@@ -12,10 +12,13 @@
 //  - operator new runs the new-handler loop as libstdc++ does: any exception the handler
 //    throws propagates, and the retry keeps the requested alignment;
 //  - d9's own bookkeeping never changes errno.
+//  - the exec family seals the current segment first, since exec runs no destructors.
 // Frees need no bookkeeping yet (live-set tracking is a separate step). glibc-only extras
 // (mallinfo, malloc_trim, mallopt, malloc_info) are left to glibc: they describe glibc's
 // unused arena and stay harmless.
+#include <dlfcn.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -319,4 +322,94 @@ D9_EXPORT_CXX void operator delete(void* p, std::align_val_t al, const std::noth
 D9_EXPORT_CXX void operator delete[](void* p, std::align_val_t al,
                                      const std::nothrow_t&) noexcept {
   aligned_free(p, al);
+}
+
+// ---- exec family: seal the segment before the image is replaced -----------------------
+// glibc's own exec variants call its internal execve, not this one, so each is wrapped.
+
+extern "C" char** environ;
+
+namespace {
+
+template <class Fn>
+Fn next_symbol(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
+}
+
+using ExecveFn = int (*)(const char*, char* const[], char* const[]);
+
+int real_execve(const char* path, char* const argv[], char* const envp[]) {
+  static const auto fn = next_symbol<ExecveFn>("execve");
+  return fn(path, argv, envp);
+}
+
+int real_execvpe(const char* file, char* const argv[], char* const envp[]) {
+  static const auto fn = next_symbol<ExecveFn>("execvpe");
+  return fn(file, argv, envp);
+}
+
+// Collects execl-style variadic arguments (ending in NULL) into an argv on the stack.
+#define D9_COLLECT_ARGS(first, argv, after)                         \
+  size_t argc = 1;                                                  \
+  {                                                                 \
+    va_list count;                                                  \
+    va_start(count, first);                                         \
+    while (va_arg(count, char*)) ++argc;                            \
+    va_end(count);                                                  \
+  }                                                                 \
+  char** argv = static_cast<char**>(__builtin_alloca((argc + 1) * sizeof(char*))); \
+  va_list args;                                                     \
+  va_start(args, first);                                            \
+  argv[0] = const_cast<char*>(first);                               \
+  for (size_t i = 1; i <= argc; ++i) argv[i] = va_arg(args, char*); \
+  after;                                                            \
+  va_end(args);
+
+}  // namespace
+
+D9_EXPORT int execve(const char* path, char* const argv[], char* const envp[]) {
+  d9::runtime::before_exec();
+  return real_execve(path, argv, envp);
+}
+
+D9_EXPORT int execv(const char* path, char* const argv[]) {
+  d9::runtime::before_exec();
+  return real_execve(path, argv, environ);
+}
+
+D9_EXPORT int execvp(const char* file, char* const argv[]) {
+  d9::runtime::before_exec();
+  return real_execvpe(file, argv, environ);
+}
+
+D9_EXPORT int execvpe(const char* file, char* const argv[], char* const envp[]) {
+  d9::runtime::before_exec();
+  return real_execvpe(file, argv, envp);
+}
+
+D9_EXPORT int execl(const char* path, const char* arg, ...) {
+  D9_COLLECT_ARGS(arg, argv, (void)0)
+  d9::runtime::before_exec();
+  return real_execve(path, argv, environ);
+}
+
+D9_EXPORT int execlp(const char* file, const char* arg, ...) {
+  D9_COLLECT_ARGS(arg, argv, (void)0)
+  d9::runtime::before_exec();
+  return real_execvpe(file, argv, environ);
+}
+
+D9_EXPORT int execle(const char* path, const char* arg, ...) {
+  // execle: the environment follows the terminating NULL.
+  char* const* envp = nullptr;
+  D9_COLLECT_ARGS(arg, argv, envp = va_arg(args, char* const*))
+  d9::runtime::before_exec();
+  return real_execve(path, argv, envp);
+}
+
+D9_EXPORT int fexecve(int fd, char* const argv[], char* const envp[]) {
+  using FexecveFn = int (*)(int, char* const[], char* const[]);
+  static const auto fn = next_symbol<FexecveFn>("fexecve");
+  d9::runtime::before_exec();
+  return fn(fd, argv, envp);
 }

@@ -121,6 +121,11 @@ pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t g_done_cv;
 std::atomic<bool> g_stop{false};
 bool g_done = false;
+// Seal requests (before exec): the requester bumps g_seal_requested and waits until the
+// writer has caught up in g_seals_done.
+std::atomic<uint64_t> g_seal_requested{0};
+uint64_t g_seals_done = 0;  // guarded by g_mu
+pid_t g_writer_pid = 0;     // process the writer belongs to
 bool g_writer_started = false;
 
 void init_sync() {
@@ -132,6 +137,9 @@ void init_sync() {
   pthread_condattr_destroy(&attr);
   g_stop.store(false);
   g_done = false;
+  g_seal_requested.store(0);
+  g_seals_done = 0;
+  g_writer_pid = getpid();
 }
 
 timespec deadline_after(long ns) {
@@ -217,6 +225,14 @@ void* writer_main(void*) {
     alloc::wait_for_work(kDrainIntervalNs);
     if (g_stop.load(std::memory_order_acquire)) break;
     ok = write_pending();
+    uint64_t requested = g_seal_requested.load(std::memory_order_acquire);
+    if (requested != g_seals_done) {
+      if (ok) w->segment.seal();  // the next events open the next segment
+      pthread_mutex_lock(&g_mu);
+      g_seals_done = requested;
+      pthread_cond_broadcast(&g_done_cv);
+      pthread_mutex_unlock(&g_mu);
+    }
   }
 
   if (ok && write_pending()) w->segment.seal();
@@ -284,6 +300,23 @@ __attribute__((destructor)) void d9_stop() {
 }  // namespace
 
 const Options& options() { return g_options; }
+
+void before_exec() {
+  if (g_state.load(std::memory_order_acquire) != kOn || !g_writer_started) return;
+  if (getpid() != g_writer_pid) return;  // vfork child: the writer belongs to the parent
+  ReentryGuard guard;
+  int saved = errno;
+  uint64_t ticket = g_seal_requested.fetch_add(1, std::memory_order_acq_rel) + 1;
+  alloc::nudge_writer();
+  pthread_mutex_lock(&g_mu);
+  timespec until = deadline_after(0);
+  until.tv_sec += kExitWaitSecs;
+  while (g_seals_done < ticket && !g_done) {
+    if (pthread_cond_timedwait(&g_done_cv, &g_mu, &until) == ETIMEDOUT) break;
+  }
+  pthread_mutex_unlock(&g_mu);
+  errno = saved;
+}
 
 bool at_sample_point(size_t size) {
   ThreadState& t = tls_state;

@@ -18,6 +18,12 @@ namespace d9::runtime {
 // returns whether the allocation of `size` bytes is sampled.
 bool at_sample_point(size_t size);
 
+// Called by the exec family before the process image is replaced (exec runs no
+// destructors): drains the rings and seals the current segment, waiting a bounded time.
+// If exec fails, the next events go to the next segment. Does nothing in a vfork child,
+// which shares its parent's memory and writer.
+void before_exec();
+
 // The options in force (valid once start-up has run).
 const Options& options();
 
