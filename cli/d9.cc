@@ -1,241 +1,473 @@
-// d9: answers from dial9 segments written by libd9.so.
-//
-//   d9 summary PATH...   processes, samples, sample rate, drops, top allocation sites
-//   d9 alloc PATH...     top allocation sites by estimated bytes, with 95% intervals
-//
-// PATH is a segment file or a directory searched recursively.
-#include <algorithm>
-#include <cmath>
+// d9: answers from dial9 segments written by libd9.so. `d9 --help` lists the commands.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "alloc/sampler.h"
-#include "cli/analysis.h"
+#include "cli/export.h"
+#include "cli/flame.h"
+#include "cli/input.h"
+#include "cli/profile.h"
+#include "cli/report.h"
+#include "cli/run.h"
 
 namespace d9::cli {
-
-namespace fs = std::filesystem;
-
-std::vector<std::string> collect_inputs(const std::vector<std::string>& paths) {
-  std::vector<std::string> out;
-  auto is_segment = [](const std::string& name) {
-    auto ends = [&](const char* s) {
-      size_t n = strlen(s);
-      return name.size() >= n && name.compare(name.size() - n, n, s) == 0;
-    };
-    return ends(".bin") || ends(".bin.gz") || ends(".bin.zst") || ends(".active");
-  };
-  for (const std::string& p : paths) {
-    std::error_code ec;
-    if (fs::is_directory(p, ec)) {
-      for (auto it = fs::recursive_directory_iterator(p, ec);
-           it != fs::recursive_directory_iterator(); it.increment(ec)) {
-        if (ec) break;
-        if (it->is_regular_file() && is_segment(it->path().filename().string())) {
-          out.push_back(it->path().string());
-        }
-      }
-    } else {
-      out.push_back(p);
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-void SymbolMap::add(const decode::Trace& trace) {
-  for (const decode::SymbolTableEntry& s : trace.symbols) {
-    auto& v = names_[s.addr];
-    if (v.size() <= s.inline_depth) v.resize(s.inline_depth + 1);
-    v[s.inline_depth] = std::string(s.name);
-  }
-}
-
-std::string SymbolMap::name(uint64_t addr) const {
-  auto it = names_.find(addr);
-  if (it == names_.end()) {
-    char buf[32];
-    snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(addr));
-    return buf;
-  }
-  std::string out;
-  // Innermost (most inlined) first, matching a leaf-first stack.
-  for (auto r = it->second.rbegin(); r != it->second.rend(); ++r) {
-    if (r->empty()) continue;
-    if (!out.empty()) out += " < ";
-    out += *r;
-  }
-  return out;
-}
-
 namespace {
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (std::fabs(b) >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  snprintf(buf, sizeof(buf), u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
-  return buf;
+constexpr char kHelp[] = R"(usage: d9 <command> [options] PATH...
+
+Commands:
+  summary PATH...       processes, threads, time span; sample counts, sample rate, CPU Hz,
+                        drops; the top 5 allocation sites, CPU functions and live sites
+  alloc PATH...         top allocation sites by Horvitz-Thompson estimated bytes and counts,
+                        with 95% intervals
+  leaks PATH...         sampled allocations still live at the end, grouped by stack, with
+                        estimated bytes and ages
+  cpu PATH...           top functions by self and total on-CPU samples
+  flame PATH...         flame graph: an interactive SVG (-o FILE) or folded stacks (--folded)
+  export PATH...        pprof protobuf (--format pprof) or one JSON object per event (jsonl)
+  diff A B              per-site change in estimated bytes and in CPU share from A to B
+  run [opts] -- CMD...  run CMD with libd9.so preloaded, then say where the trace went and
+                        summarise it; exits with CMD's status
+
+PATH is a segment file (.bin, .bin.gz, .bin.zst, .active; the format is told by its magic
+bytes) or a directory searched recursively. Files are read one at a time; a damaged file
+gets one line naming it and the byte offset, and what came before the damage still counts.
+The exit status is 1 only when nothing was readable (2 for usage errors).
+
+Selection (all analysis commands):
+  --from T, --to T      time window: seconds from the start of the trace (12, 1.5s, 300ms,
+                        2m, 1h), Unix time (@1714560000) or a date (2024-05-01T12:00:00,
+                        local time unless it ends in Z or +HH:MM); wall clock comes from
+                        ClockSyncEvent
+  --tid N[,N...]        only these threads
+  --pid N[,N...]        only these processes (process.pid, or the pid in the boot id)
+  --process ID[,ID...]  only these boot ids (the directory names under D9_OUTPUT)
+
+Reports (summary, alloc, leaks, cpu, diff):
+  --top N               rows to show (default 10; 5 in summary)
+  --group G             function (the leaf function), stack (the whole stack, default for
+                        alloc and leaks), or line (the leaf's file:line, falling back to the
+                        function or address without line information); cpu defaults to
+                        function
+  --frames N            frames shown per stack (default 6)
+  --json                one JSON document instead of the table
+  --by-thread           cpu: one table per thread
+
+flame:
+  --kind K              cpu, alloc or live (default: cpu when there are CPU samples, else
+                        alloc); alloc and live weigh stacks by estimated bytes
+  -o FILE               write the SVG to FILE (default: stdout when it is not a terminal)
+  --folded              print folded stacks ("root;...;leaf value") for flamegraph.pl,
+                        inferno or speedscope instead
+  --group line          label frames with file:line
+  --by-thread           cpu: one tower per thread
+  --title TEXT, --width PX
+
+export:
+  --format F            pprof (default) or jsonl
+  --kind K              pprof sample types: alloc (alloc_objects, alloc_space), live
+                        (inuse_objects, inuse_space), heap (all four) or cpu (samples, cpu
+                        nanoseconds); default cpu when there are CPU samples and no
+                        allocation samples, else alloc
+  -o FILE               output file; pprof is gzipped (default: stdout when it is not a
+                        terminal); jsonl defaults to stdout
+
+run:
+  --rate R              D9_SAMPLE_RATE: mean bytes between samples (K/M/G suffixes)
+  --no-liveset          D9_LIVESET=0: do not track frees
+  --cpu-hz H            D9_CPU_HZ: CPU samples per second per thread (0 = off)
+  -o DIR                D9_OUTPUT (default: $D9_OUTPUT or ./d9-traces)
+  --lib PATH            libd9.so to preload (default: beside d9, or ../lib when installed)
+  -q, --quiet           print only where the trace went
+
+Other options:
+  --no-progress         no progress line (shown on a terminal for work over a second)
+  -h, --help            this text
+  --version             the d9 version
+)";
+
+int usage_error(const std::string& msg) {
+  fprintf(stderr, "d9: %s\nTry 'd9 --help'.\n", msg.c_str());
+  return 2;
 }
 
-struct Loaded {
-  uint64_t files = 0, unreadable = 0;
-  std::set<std::string> processes;
-  uint64_t samples = 0, dropped_allocs = 0, dropped_frees = 0;
-  uint64_t rate = 0;
-  std::set<uint64_t> rates;
-  std::map<std::vector<uint64_t>, SiteEstimate> sites;
-  SymbolMap symbols;
+bool parse_size(const char* s, size_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s || *end) return false;
+  *out = v;
+  return true;
+}
+
+void split_list(const std::string& s, std::vector<std::string>* out) {
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    if (comma > start) out->push_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+}
+
+struct Args {
+  std::string command;
+  std::vector<std::string> paths;
+  ReportOptions report;
+  bool group_set = false;
+  bool top_set = false;
+  LoadOptions load;
+  std::string kind, format, output, title;
+  bool folded = false;
+  int width = 1200;
 };
 
-// Streams the inputs one file at a time, folding each into the running totals.
-bool load(const std::vector<std::string>& inputs, Loaded* out) {
-  for (const std::string& path : inputs) {
-    decode::Trace t = decode::LoadTrace(path);
-    ++out->files;
-    if (!t.ok()) {
-      fprintf(stderr, "d9: %s: %s\n", path.c_str(), t.error.c_str());
-      if (!t.decoded_anything()) {
-        ++out->unreadable;
-        continue;
+// Parses the options of an analysis command (args after the command; "--opt=value" already
+// split). Returns 0, or an exit status.
+int parse_args(const std::vector<std::string>& args, Args* a) {
+  const int argc = static_cast<int>(args.size());
+  for (int i = 0; i < argc; ++i) {
+    const std::string& arg = args[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) return false;
+      *out = args[++i];
+      return true;
+    };
+    std::string v;
+    if (arg == "--") {
+      for (++i; i < argc; ++i) a->paths.push_back(args[i]);
+      break;
+    }
+    if (arg == "--top") {
+      if (!value(&v) || !parse_size(v.c_str(), &a->report.top)) return usage_error("--top N");
+      a->top_set = true;
+    } else if (arg == "--frames") {
+      size_t n;
+      if (!value(&v) || !parse_size(v.c_str(), &n) || n == 0 || n > 1000) {
+        return usage_error("--frames N (1-1000)");
       }
-    }
-    uint64_t rate = 524288;
-    if (auto it = t.metadata.find("memory.sample_rate_bytes"); it != t.metadata.end()) {
-      rate = strtoull(it->second.c_str(), nullptr, 10);
-    }
-    out->rates.insert(rate);
-    if (auto it = t.metadata.find("boot_id"); it != t.metadata.end()) {
-      out->processes.insert(it->second);
-    }
-    for (const decode::Overflow& o : t.overflows) {
-      out->dropped_allocs += o.dropped_allocs;
-      out->dropped_frees += o.dropped_frees;
-    }
-    out->symbols.add(t);
-    for (const decode::AllocEvent& a : t.allocs) {
-      auto frames = t.stack(a.stack);
-      std::vector<uint64_t> key(frames.begin(), frames.end());
-      SiteEstimate& s = out->sites[key];
-      if (s.samples == 0) s.stack = key;
-      // Weight each sample first, then sum: unbiased for every site and size mix.
-      double w = sample_weight(a.size, rate);
-      double p = sample_probability(a.size, rate);
-      s.bytes += w;
-      s.variance += w * w * (1 - p);
-      s.raw_bytes += a.size;
-      ++s.samples;
-      ++out->samples;
+      a->report.frames = static_cast<int>(n);
+    } else if (arg == "--group") {
+      if (!value(&v) || !parse_group(v, &a->report.group)) {
+        return usage_error("--group function|stack|line");
+      }
+      a->group_set = true;
+    } else if (arg == "--json") {
+      a->report.json = true;
+    } else if (arg == "--by-thread") {
+      a->report.by_thread = true;
+    } else if (arg == "--from" || arg == "--to") {
+      std::string err;
+      TimeBound& b = arg == "--from" ? a->load.filter.from : a->load.filter.to;
+      if (!value(&v)) return usage_error(arg + " TIME");
+      if (!parse_time(v, &b, &err)) return usage_error(err);
+    } else if (arg == "--tid") {
+      if (!value(&v)) return usage_error("--tid N[,N...]");
+      std::vector<std::string> items;
+      split_list(v, &items);
+      for (const std::string& t : items) {
+        size_t n;
+        if (!parse_size(t.c_str(), &n) || n > UINT32_MAX) return usage_error("bad --tid " + t);
+        a->load.filter.tids.push_back(static_cast<uint32_t>(n));
+      }
+    } else if (arg == "--pid") {
+      if (!value(&v)) return usage_error("--pid N[,N...]");
+      split_list(v, &a->load.filter.pids);
+    } else if (arg == "--process") {
+      if (!value(&v)) return usage_error("--process BOOT_ID[,BOOT_ID...]");
+      split_list(v, &a->load.filter.processes);
+    } else if (arg == "--kind") {
+      if (!value(&a->kind)) return usage_error("--kind KIND");
+    } else if (arg == "--format") {
+      if (!value(&a->format)) return usage_error("--format pprof|jsonl");
+    } else if (arg == "-o" || arg == "--output") {
+      if (!value(&a->output)) return usage_error("-o FILE");
+    } else if (arg == "--folded") {
+      a->folded = true;
+    } else if (arg == "--title") {
+      if (!value(&a->title)) return usage_error("--title TEXT");
+    } else if (arg == "--width") {
+      size_t n;
+      if (!value(&v) || !parse_size(v.c_str(), &n) || n < 200 || n > 100000) {
+        return usage_error("--width PX (200-100000)");
+      }
+      a->width = static_cast<int>(n);
+    } else if (arg == "--no-progress") {
+      a->load.progress = false;
+    } else if (arg == "-q" || arg == "--quiet") {
+      a->load.quiet = true;
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      return usage_error("unknown option " + arg + " for '" + a->command + "'");
+    } else {
+      a->paths.push_back(arg);
     }
   }
-  out->rate = out->rates.size() == 1 ? *out->rates.begin() : 0;
-  return out->unreadable < out->files;
+  return 0;
 }
 
-std::vector<const SiteEstimate*> top_sites(const Loaded& l, size_t n) {
-  std::vector<const SiteEstimate*> v;
-  for (const auto& [k, s] : l.sites) v.push_back(&s);
-  std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->bytes > b->bytes; });
-  if (v.size() > n) v.resize(n);
-  return v;
+// Loads the inputs; returns 0 or an exit status (1 when nothing was readable).
+int load(const std::vector<std::string>& paths, Profile* p) {
+  std::vector<std::string> missing;
+  std::vector<std::string> files = collect_inputs(paths, &missing);
+  if (files.empty()) {
+    fprintf(stderr, "d9: no segments found in the given path(s)\n");
+    return 1;
+  }
+  if (!p->load(files)) {
+    fprintf(stderr, "d9: nothing readable in %zu file(s)\n", files.size());
+    return 1;
+  }
+  if (p->skipped && p->processes.empty()) {
+    fprintf(stderr, "d9: no segment matched --pid/--process\n");
+  }
+  return 0;
 }
 
-void print_sites(const Loaded& l, size_t n, int frames) {
-  double total = 0;
-  for (const auto& [k, s] : l.sites) total += s.bytes;
-  printf("  %12s %9s %7s %8s  %s\n", "est. bytes", "±95%", "share", "samples",
-         "allocation site (leaf first)");
-  for (const SiteEstimate* s : top_sites(l, n)) {
-    double ci = 1.96 * std::sqrt(s->variance);
-    std::string where;
-    for (int i = 0; i < static_cast<int>(s->stack.size()) && i < frames; ++i) {
-      if (i) where += " <- ";
-      where += l.symbols.name(s->stack[i]);
+FILE* open_output(const std::string& path, bool binary_ok, const char* what) {
+  if (path.empty() || path == "-") {
+    if (path.empty() && !binary_ok && isatty(1)) {
+      fprintf(stderr, "d9: refusing to write %s to a terminal; use -o FILE\n", what);
+      return nullptr;
     }
-    if (s->stack.empty()) where = "(no stack)";
-    printf("  %12s %8.1f%% %6.1f%% %8llu  %s\n", human_bytes(s->bytes).c_str(),
-           s->bytes > 0 ? 100 * ci / s->bytes : 0.0, total > 0 ? 100 * s->bytes / total : 0.0,
-           static_cast<unsigned long long>(s->samples), where.c_str());
+    return stdout;
   }
+  FILE* f = fopen(path.c_str(), "wb");
+  if (!f) fprintf(stderr, "d9: cannot write %s: %s\n", path.c_str(), strerror(errno));
+  return f;
 }
 
-void print_header(const Loaded& l) {
-  double total = 0, variance = 0;
-  for (const auto& [k, s] : l.sites) {
-    total += s.bytes;
-    variance += s.variance;
+bool close_output(FILE* f, const std::string& path) {
+  bool ok = f == stdout ? fflush(f) == 0 : fclose(f) == 0;
+  if (!ok) fprintf(stderr, "d9: cannot write %s: %s\n", path.c_str(), strerror(errno));
+  return ok;
+}
+
+int cmd_report(Args& a) {
+  if (a.paths.empty()) return usage_error("'" + a.command + "' needs a PATH");
+  const std::string& c = a.command;
+  if (c == "summary" && !a.top_set) a.report.top = 5;
+  if (c == "summary" && a.report.frames == 6) a.report.frames = 4;
+  if (c == "cpu" && !a.group_set) a.report.group = Group::kFunction;
+  a.load.track_live = c == "summary" || c == "leaks";
+  Profile p(a.load);
+  if (int rc = load(a.paths, &p)) return rc;
+  if (c == "summary") print_summary(stdout, p, a.report);
+  if (c == "alloc") print_alloc(stdout, p, a.report);
+  if (c == "leaks") print_leaks(stdout, p, a.report);
+  if (c == "cpu") print_cpu(stdout, p, a.report);
+  return 0;
+}
+
+int cmd_flame(Args& a) {
+  if (a.paths.empty()) return usage_error("'flame' needs a PATH");
+  Kind kind = Kind::kCpu;
+  if (!a.kind.empty() && !parse_kind(a.kind, &kind)) return usage_error("--kind cpu|alloc|live");
+  a.load.track_live = a.kind.empty() || kind == Kind::kLive;
+  Profile p(a.load);
+  if (int rc = load(a.paths, &p)) return rc;
+  if (a.kind.empty()) kind = p.cpu_total().samples ? Kind::kCpu : Kind::kAlloc;
+  std::vector<Folded> stacks = folded_stacks(p, kind, a.report.group, a.report.by_thread);
+  if (stacks.empty()) {
+    fprintf(stderr, "d9: no %s samples to draw\n", kind_name(kind));
   }
-  printf("%llu segment(s), %zu process(es), %llu allocation samples",
-         static_cast<unsigned long long>(l.files), l.processes.size(),
-         static_cast<unsigned long long>(l.samples));
-  if (l.rate) {
-    printf(" at a mean rate of %s\n", human_bytes(static_cast<double>(l.rate)).c_str());
+  FILE* out = open_output(a.output, a.folded, "an SVG");
+  if (!out) return 2;
+  if (a.folded) {
+    write_folded(out, stacks);
   } else {
-    printf(" at mixed rates\n");
+    FlameOptions fo;
+    fo.kind = kind;
+    fo.width = a.width;
+    switch (kind) {
+      case Kind::kCpu:
+        fo.title = "CPU flame graph (on-CPU samples)";
+        break;
+      case Kind::kAlloc:
+        fo.title = "Allocation flame graph (estimated bytes allocated)";
+        break;
+      case Kind::kLive:
+        fo.title = "Live-set flame graph (estimated bytes live at the end)";
+        break;
+    }
+    if (!a.title.empty()) fo.title = a.title;
+    std::string procs;
+    for (const ProcessInfo& pr : p.processes) {
+      if (procs.size() > 80) {
+        procs += ", …";
+        break;
+      }
+      if (!procs.empty()) procs += ", ";
+      procs += pr.service.empty() ? pr.key : pr.service + " " + pr.key;
+    }
+    char sub[256];
+    if (kind == Kind::kCpu) {
+      snprintf(sub, sizeof(sub), "%llu samples; ",
+               static_cast<unsigned long long>(p.cpu_total().samples));
+    } else {
+      const MemStat m =
+          kind == Kind::kAlloc ? p.alloc_total() : static_cast<MemStat>(p.live_total());
+      snprintf(sub, sizeof(sub), "%s from %llu samples; ", human_bytes(m.bytes).c_str(),
+               static_cast<unsigned long long>(m.samples));
+    }
+    fo.subtitle = sub + procs;
+    write_flame_svg(out, stacks, fo);
   }
-  printf("estimated bytes allocated: %s ±%.1f%% (95%%)\n", human_bytes(total).c_str(),
-         total > 0 ? 100 * 1.96 * std::sqrt(variance) / total : 0.0);
-  if (l.dropped_allocs || l.dropped_frees) {
-    printf("warning: %llu allocation samples and %llu frees were dropped (ring full); "
-           "estimates are low by about that many samples\n",
-           static_cast<unsigned long long>(l.dropped_allocs),
-           static_cast<unsigned long long>(l.dropped_frees));
+  if (!close_output(out, a.output)) return 1;
+  if (!a.output.empty() && a.output != "-") {
+    fprintf(stderr, "d9: wrote %s (%s, %zu stacks)\n", a.output.c_str(), kind_name(kind),
+            stacks.size());
   }
+  return 0;
 }
 
-int usage() {
-  fprintf(stderr,
-          "usage: d9 <command> PATH...\n"
-          "  summary PATH...   processes, samples, sample rate, drops and top 5 sites\n"
-          "  alloc PATH...     top allocation sites by estimated bytes (95%% intervals)\n"
-          "    --top N           sites to show (default 10)\n"
-          "    --frames N        frames per site (default 6)\n"
-          "PATH is a segment (.bin, .bin.gz, .bin.zst, .active) or a directory.\n");
-  return 2;
+int cmd_export(Args& a) {
+  if (a.paths.empty()) return usage_error("'export' needs a PATH");
+  std::string format = a.format.empty() ? "pprof" : a.format;
+  if (format == "jsonl" || format == "json") {
+    std::vector<std::string> files = collect_inputs(a.paths);
+    if (files.empty()) {
+      fprintf(stderr, "d9: no segments found in the given path(s)\n");
+      return 1;
+    }
+    FILE* out = open_output(a.output, true, "JSON lines");
+    if (!out) return 2;
+    uint64_t readable = export_jsonl(files, a.load, out);
+    if (!close_output(out, a.output)) return 1;
+    if (readable == 0) {
+      fprintf(stderr, "d9: nothing readable in %zu file(s)\n", files.size());
+      return 1;
+    }
+    return 0;
+  }
+  if (format != "pprof") return usage_error("--format pprof|jsonl");
+  PprofKind kind = PprofKind::kAlloc;
+  if (!a.kind.empty() && !parse_pprof_kind(a.kind, &kind)) {
+    return usage_error("--kind alloc|live|heap|cpu");
+  }
+  a.load.track_live = a.kind.empty() || kind == PprofKind::kLive || kind == PprofKind::kHeap;
+  Profile p(a.load);
+  if (int rc = load(a.paths, &p)) return rc;
+  if (a.kind.empty() && p.cpu_total().samples && !p.alloc_total().samples) kind = PprofKind::kCpu;
+  std::string data = gzip(build_pprof(p, kind));
+  if (data.empty()) {
+    fprintf(stderr, "d9: gzip failed\n");
+    return 1;
+  }
+  if (a.output.empty() && isatty(1)) {
+    fprintf(stderr, "d9: refusing to write pprof data to a terminal; use -o FILE\n");
+    return 2;
+  }
+  if (!write_file(a.output.empty() ? "-" : a.output, data)) return 1;
+  if (!a.output.empty() && a.output != "-") {
+    fprintf(stderr, "d9: wrote %s (%zu bytes)\n", a.output.c_str(), data.size());
+  }
+  return 0;
+}
+
+int cmd_diff(Args& a) {
+  if (a.paths.size() != 2) return usage_error("'diff' needs two paths: A B");
+  if (!a.group_set) a.report.group = Group::kFunction;
+  a.load.track_live = false;
+  Profile pa(a.load), pb(a.load);
+  if (int rc = load({a.paths[0]}, &pa)) return rc;
+  if (int rc = load({a.paths[1]}, &pb)) return rc;
+  print_diff(stdout, pa, pb, a.paths[0], a.paths[1], a.report);
+  return 0;
+}
+
+int cmd_run(int argc, char** argv) {
+  RunOptions o;
+  int i = 2;
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](std::string* out) {
+      if (i + 1 >= argc) return false;
+      *out = argv[++i];
+      return true;
+    };
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg == "--rate") {
+      if (!value(&o.rate)) return usage_error("--rate R");
+    } else if (arg == "--no-liveset") {
+      o.no_liveset = true;
+    } else if (arg == "--cpu-hz") {
+      if (!value(&o.cpu_hz)) return usage_error("--cpu-hz H");
+    } else if (arg == "-o" || arg == "--output") {
+      if (!value(&o.output)) return usage_error("-o DIR");
+    } else if (arg == "--lib") {
+      if (!value(&o.library)) return usage_error("--lib PATH");
+    } else if (arg == "-q" || arg == "--quiet") {
+      o.quiet = true;
+    } else if (arg[0] == '-') {
+      return usage_error("unknown option " + arg + " for 'run' (put the command after --)");
+    } else {
+      break;  // the command starts here
+    }
+  }
+  for (; i < argc; ++i) o.command.push_back(argv[i]);
+  if (o.command.empty()) return usage_error("usage: d9 run [options] -- CMD [ARGS...]");
+  return run_profiled(o);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage();
+  if (argc < 2) {
+    fputs(kHelp, stderr);
+    return 2;
+  }
   std::string cmd = argv[1];
-  size_t top = cmd == "summary" ? 5 : 10;
-  int frames = 6;
-  std::vector<std::string> paths;
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    fputs(kHelp, stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    printf("d9 %s\n", D9_VERSION);
+    return 0;
+  }
+  if (cmd == "run") return cmd_run(argc, argv);
+  Args a;
+  a.command = cmd;
   for (int i = 2; i < argc; ++i) {
-    if (!strcmp(argv[i], "--top") && i + 1 < argc) {
-      top = strtoull(argv[++i], nullptr, 10);
-    } else if (!strcmp(argv[i], "--frames") && i + 1 < argc) {
-      frames = atoi(argv[++i]);
-    } else {
-      paths.push_back(argv[i]);
+    if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+      fputs(kHelp, stdout);
+      return 0;
     }
   }
-  if ((cmd != "summary" && cmd != "alloc") || paths.empty()) return usage();
-  std::vector<std::string> inputs = collect_inputs(paths);
-  if (inputs.empty()) {
-    fprintf(stderr, "d9: no segments found in the given paths\n");
-    return 1;
+  const bool known = cmd == "summary" || cmd == "alloc" || cmd == "leaks" || cmd == "cpu" ||
+                     cmd == "flame" || cmd == "export" || cmd == "diff";
+  if (!known) return usage_error("unknown command '" + cmd + "'");
+  std::vector<std::string> args;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    size_t eq = arg.find('=');
+    if (arg == "--") {
+      args.insert(args.end(), argv + i, argv + argc);
+      break;
+    }
+    if (arg.compare(0, 2, "--") == 0 && eq != std::string::npos) {
+      args.push_back(arg.substr(0, eq));
+      args.push_back(arg.substr(eq + 1));
+    } else {
+      args.push_back(arg);
+    }
   }
-  Loaded l;
-  if (!load(inputs, &l)) {
-    fprintf(stderr, "d9: nothing readable in %zu file(s)\n", inputs.size());
-    return 1;
-  }
-  print_header(l);
-  print_sites(l, top, frames);
-  return 0;
+  if (int rc = parse_args(args, &a)) return rc;
+  if (cmd == "flame") return cmd_flame(a);
+  if (cmd == "export") return cmd_export(a);
+  if (cmd == "diff") return cmd_diff(a);
+  return cmd_report(a);
 }
 
 }  // namespace d9::cli
 
-int main(int argc, char** argv) { return d9::cli::main(argc, argv); }
+int main(int argc, char** argv) {
+  return d9::cli::main(argc, argv);
+}
