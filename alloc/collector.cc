@@ -6,43 +6,125 @@
 #include "alloc/records.h"
 
 namespace d9::alloc {
+namespace {
 
-uint64_t Collector::drain(Ring& ring, Segment& segment) {
-  batch_.clear();
-  order_.clear();
+uint64_t dropped_frees(const Rings& rings, const Counters& c) {
+  // The overflow ring counts frees neither ring could take; untracked samples are frees
+  // that can never be reported.
+  return rings.frees_overflow.dropped() + c.untracked;
+}
+
+std::span<const uint64_t> frames_of(const std::string& bytes) {
+  return {reinterpret_cast<const uint64_t*>(bytes.data()), bytes.size() / sizeof(uint64_t)};
+}
+
+}  // namespace
+
+bool Collector::pending(const Rings& rings, const Counters& c) const {
+  return rings.allocs.peek() || rings.frees.peek() || rings.frees_overflow.peek() ||
+         rings.allocs.dropped() != reported_dropped_allocs_ ||
+         dropped_frees(rings, c) != reported_dropped_frees_;
+}
+
+void Collector::copy_out(Ring& ring, bool is_free) {
   const size_t record_size = ring.record_size();
-  // Copy out first so slots go back to producers quickly, then sort: records from
-  // different threads arrive slightly out of order, and sorted events need fewer
-  // timestamp resets on the wire.
   while (const void* rec = ring.peek()) {
-    const auto* r = static_cast<const AllocRecord*>(rec);
-    size_t used = sizeof(AllocRecord) + r->depth * sizeof(uint64_t);
-    order_.push_back(static_cast<uint32_t>(batch_.size()));
+    size_t used = record_size;
+    uint64_t ts;
+    if (is_free) {
+      ts = static_cast<const FreeRecord*>(rec)->timestamp_ns;
+    } else {
+      const auto* r = static_cast<const AllocRecord*>(rec);
+      used = std::min(record_size, sizeof(AllocRecord) + r->depth * sizeof(uint64_t));
+      ts = r->timestamp_ns;
+    }
+    order_.push_back({ts, static_cast<uint32_t>(batch_.size()), is_free});
     batch_.insert(batch_.end(), static_cast<const uint8_t*>(rec),
-                  static_cast<const uint8_t*>(rec) + std::min(used, record_size));
+                  static_cast<const uint8_t*>(rec) + used);
     ring.pop();
   }
-  auto at = [this](uint32_t off) { return reinterpret_cast<const AllocRecord*>(&batch_[off]); };
-  std::stable_sort(order_.begin(), order_.end(), [&](uint32_t a, uint32_t b) {
-    return at(a)->timestamp_ns < at(b)->timestamp_ns;
+}
+
+uint32_t Collector::stack_index(const uint64_t* frames, uint32_t depth) {
+  stack_key_.assign(reinterpret_cast<const char*>(frames), depth * sizeof(uint64_t));
+  auto [it, inserted] = stack_ids_.try_emplace(stack_key_, static_cast<uint32_t>(stacks_.size()));
+  if (inserted) stacks_.push_back(stack_key_);
+  return it->second;
+}
+
+uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
+  batch_.clear();
+  order_.clear();
+  // Frees first: a free seen now belongs to an allocation published before it happened,
+  // so draining allocations afterwards guarantees its AllocEvent is in this batch.
+  copy_out(rings.frees, true);
+  copy_out(rings.frees_overflow, true);
+  copy_out(rings.allocs, false);
+  // Timestamp order across threads and rings; at equal times a free goes first (the
+  // address can only be reused after it was freed).
+  std::sort(order_.begin(), order_.end(), [](const Item& a, const Item& b) {
+    return a.ts != b.ts ? a.ts < b.ts : a.is_free > b.is_free;
   });
 
   Encoder& enc = segment.events();
+  const bool liveset = settings().liveset;
   uint64_t written = 0;
-  for (uint32_t off : order_) {
-    const AllocRecord* r = at(off);
-    enc.alloc_event(r->timestamp_ns, r->tid, r->size, r->addr, {r->frames(), r->depth});
+  for (const Item& item : order_) {
+    const uint8_t* rec = &batch_[item.offset];
+    if (item.is_free) {
+      FreeRecord f;
+      memcpy(&f, rec, sizeof(f));
+      auto it = live_.find(f.addr);
+      if (it == live_.end()) {
+        ++unmatched_frees_;  // its AllocEvent was dropped, or it predates a fork
+        continue;
+      }
+      // dial9 pairs a free with its alloc on addr + alloc_timestamp_ns, bit for bit.
+      enc.free_event(f.timestamp_ns, f.tid, f.addr, it->second.size, it->second.alloc_ts);
+      live_.erase(it);
+    } else {
+      const auto* a = reinterpret_cast<const AllocRecord*>(rec);
+      enc.alloc_event(a->timestamp_ns, a->tid, a->size, a->addr, {a->frames(), a->depth});
+      if (liveset && maybe_sampled(reinterpret_cast<const void*>(a->addr))) {
+        live_[a->addr] = {a->timestamp_ns, a->size, a->tid, stack_index(a->frames(), a->depth)};
+      }
+    }
     ++written;
   }
 
-  uint64_t dropped = ring.dropped();
-  if (dropped != reported_dropped_allocs_) {
-    enc.overflow_event(monotonic_ns(), dropped - reported_dropped_allocs_, 0);
-    reported_dropped_allocs_ = dropped;
+  uint64_t drops_a = rings.allocs.dropped();
+  uint64_t drops_f = dropped_frees(rings, c);
+  if (drops_a != reported_dropped_allocs_ || drops_f != reported_dropped_frees_) {
+    enc.overflow_event(monotonic_ns(), drops_a - reported_dropped_allocs_,
+                       drops_f - reported_dropped_frees_);
+    reported_dropped_allocs_ = drops_a;
+    reported_dropped_frees_ = drops_f;
     ++written;
   }
   segment.note_events(written);
   return written;
+}
+
+uint64_t Collector::write_live_set(Encoder& enc) const {
+  // Oldest first, so a reader sees allocations in the order they were made.
+  std::vector<std::pair<uint64_t, const Live*>> by_time;
+  by_time.reserve(live_.size());
+  for (const auto& [addr, l] : live_) by_time.emplace_back(addr, &l);
+  std::sort(by_time.begin(), by_time.end(),
+            [](const auto& a, const auto& b) { return a.second->alloc_ts < b.second->alloc_ts; });
+  for (const auto& [addr, l] : by_time) {
+    enc.live_allocation(l->tid, l->size, addr, l->alloc_ts, frames_of(stacks_[l->stack]));
+  }
+  return by_time.size();
+}
+
+void Collector::reset() {
+  live_.clear();
+  stack_ids_.clear();
+  stacks_.clear();
+  reported_dropped_allocs_ = 0;
+  reported_dropped_frees_ = 0;
+  unmatched_frees_ = 0;
 }
 
 }  // namespace d9::alloc

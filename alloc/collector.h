@@ -1,32 +1,61 @@
-// Writer-side half of allocation sampling: moves records out of the alloc ring and encodes
-// them into the current segment, in timestamp order, with overflow deltas.
+// Writer-side half of allocation sampling: moves records out of the rings and encodes them
+// into the current segment in timestamp order, pairs frees with their allocations through
+// the live set, and reports drops as overflow deltas.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
-#include "alloc/ring.h"
+#include "alloc/profiler.h"
 #include "writer/segment.h"
 
 namespace d9::alloc {
 
 class Collector {
  public:
-  // Encodes every record published so far. Returns the number of events written.
-  uint64_t drain(Ring& ring, Segment& segment);
+  // True when the rings hold records or new drops to report.
+  bool pending(const Rings& rings, const Counters& c) const;
 
-  // True when the ring holds records or new drops to report.
-  bool pending(const Ring& ring) const {
-    return ring.peek() != nullptr || ring.dropped() != reported_dropped_allocs_;
-  }
+  // Encodes everything published so far. Returns the number of events written.
+  uint64_t drain(Rings& rings, const Counters& c, Segment& segment);
 
-  // Starts counting drops afresh (fork child: a new ring, a new process).
-  void reset() { reported_dropped_allocs_ = 0; }
+  // One Libd9LiveAllocation per sampled allocation still live; called before a seal.
+  uint64_t write_live_set(Encoder& enc) const;
+
+  size_t live_count() const { return live_.size(); }
+  uint64_t unmatched_frees() const { return unmatched_frees_; }
+
+  // Starts afresh (fork child: new rings, new process).
+  void reset();
 
  private:
-  std::vector<uint8_t> batch_;     // copies of the drained records
-  std::vector<uint32_t> order_;    // offsets into batch_, sorted by timestamp
+  struct Live {
+    uint64_t alloc_ts;
+    uint64_t size;
+    uint32_t tid;
+    uint32_t stack;  // index into stacks_
+  };
+  struct Item {
+    uint64_t ts;
+    uint32_t offset;  // into batch_
+    bool is_free;
+  };
+
+  void copy_out(Ring& ring, bool is_free);
+  uint32_t stack_index(const uint64_t* frames, uint32_t depth);
+
+  std::vector<uint8_t> batch_;  // copies of the drained records
+  std::vector<Item> order_;
+  std::unordered_map<uint64_t, Live> live_;  // by address
+  // Stacks of live allocations, kept across segments for the live set at each seal.
+  std::unordered_map<std::string, uint32_t> stack_ids_;
+  std::vector<std::string> stacks_;
+  std::string stack_key_;
   uint64_t reported_dropped_allocs_ = 0;
+  uint64_t reported_dropped_frees_ = 0;
+  uint64_t unmatched_frees_ = 0;
 };
 
 }  // namespace d9::alloc

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <ctime>
 
+#include "alloc/address_set.h"
 #include "alloc/records.h"
 #include "alloc/sampler.h"
 #include "alloc/stack.h"
@@ -19,15 +20,29 @@ namespace d9::alloc {
 namespace {
 
 Settings g_settings;
-Ring g_alloc_ring;
+Rings g_rings;
+AddressSet g_sampled_set;
+std::atomic<uint64_t> g_alloc_samples{0};
+std::atomic<uint64_t> g_untracked{0};
+std::atomic<uint64_t> g_frees_seen{0};
+
+// Address space reserved for the sampled arena; pages are committed only as used.
+constexpr size_t kSampledHeapReserve = 256ULL << 30;
+// Sampled-address set: 32768 buckets x 8 ways (2 MiB) tracks ~100k live samples (50 GB of
+// live heap at the default rate) with a negligible chance of a full bucket.
+constexpr size_t kAddressSetBuckets = 32768;
 std::atomic<uint64_t> g_thread_index{0};
 std::atomic<uint32_t> g_nudges{0};  // futex word the writer sleeps on
+
+}  // namespace
 
 uint64_t now_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
+
+namespace {
 
 // Gap to the next sample point. Every-allocation mode keeps the counter at zero so each
 // allocation takes the sampled path.
@@ -42,11 +57,26 @@ bool setup(const Settings& settings) {
   g_settings = settings;
   if (g_settings.stack_depth < 1) g_settings.stack_depth = 1;
   if (g_settings.stack_depth > stack::kMaxDepth) g_settings.stack_depth = stack::kMaxDepth;
-  return g_alloc_ring.init(settings.ring_slots, AllocRecord::bytes_for(g_settings.stack_depth));
+  if (!g_rings.allocs.init(settings.ring_slots, AllocRecord::bytes_for(g_settings.stack_depth))) {
+    return false;
+  }
+  if (g_settings.liveset) {
+    g_settings.liveset = g_rings.frees.init(settings.ring_slots * 4, sizeof(FreeRecord)) &&
+                         g_rings.frees_overflow.init(settings.ring_slots * 4, sizeof(FreeRecord)) &&
+                         g_sampled_set.init(kAddressSetBuckets) &&
+                         init_sampled_heap(kSampledHeapReserve);
+  }
+  return true;
 }
 
 const Settings& settings() { return g_settings; }
-Ring& alloc_ring() { return g_alloc_ring; }
+Rings& rings() { return g_rings; }
+
+Counters counters() {
+  return {g_alloc_samples.load(std::memory_order_relaxed),
+          g_untracked.load(std::memory_order_relaxed),
+          g_frees_seen.load(std::memory_order_relaxed)};
+}
 
 bool take_sample(ThreadState& t) {
   t.bytes_until_sample = next_gap(t);
@@ -65,16 +95,58 @@ bool start_thread(ThreadState& t, size_t size) {
 void record_alloc(const void* ptr, size_t size) {
   ReentryGuard guard;
   if (guard.nested()) return;
+  g_alloc_samples.fetch_add(1, std::memory_order_relaxed);
+  Ring& ring = g_rings.allocs;
   uint64_t pos;
-  auto* rec = static_cast<AllocRecord*>(g_alloc_ring.try_claim(&pos));
+  auto* rec = static_cast<AllocRecord*>(ring.try_claim(&pos));
   if (!rec) return;  // full: counted by the ring, reported as dropped_allocs
   rec->timestamp_ns = now_ns();
   rec->addr = reinterpret_cast<uint64_t>(ptr);
   rec->size = size;
   rec->tid = tls_state.tid;
   rec->depth = static_cast<uint32_t>(stack::capture(rec->frames(), g_settings.stack_depth));
-  g_alloc_ring.publish(pos);
-  if ((pos & (g_alloc_ring.capacity() / 4 - 1)) == 0) nudge_writer();
+  // Tracked only once its AllocEvent is certain, so every tracked free has an alloc to
+  // match. Entered before the pointer reaches the program, so no free can precede it.
+  // Outside the sampled arena (arena exhausted, or a caller's own mallocx arena) or in a
+  // full bucket, its free cannot be reported: counted as a dropped free.
+  if (g_settings.liveset && !(maybe_sampled(ptr) && g_sampled_set.insert(rec->addr))) {
+    g_untracked.fetch_add(1, std::memory_order_relaxed);
+  }
+  ring.publish(pos);
+  if ((pos & (ring.capacity() / 4 - 1)) == 0) nudge_writer();
+}
+
+bool forget_sampled(const void* ptr) {
+  return g_sampled_set.erase(reinterpret_cast<uint64_t>(ptr));
+}
+
+void retrack_sampled(const void* ptr) {
+  if (!g_sampled_set.insert(reinterpret_cast<uint64_t>(ptr))) {
+    g_untracked.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void push_free(const void* ptr, uint64_t timestamp_ns) {
+  g_frees_seen.fetch_add(1, std::memory_order_relaxed);
+  if (tls_state.tid == 0) tls_state.tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  uint64_t pos;
+  Ring* ring = &g_rings.frees;
+  void* slot = ring->try_claim(&pos);
+  if (!slot) {  // full: spill to the overflow ring, which counts what it cannot take
+    ring = &g_rings.frees_overflow;
+    slot = ring->try_claim(&pos);
+    if (!slot) return;
+  }
+  auto* rec = static_cast<FreeRecord*>(slot);
+  rec->timestamp_ns = timestamp_ns;
+  rec->addr = reinterpret_cast<uint64_t>(ptr);
+  rec->tid = tls_state.tid;
+  ring->publish(pos);
+  if ((pos & (ring->capacity() / 4 - 1)) == 0) nudge_writer();
+}
+
+void record_free(const void* ptr) {
+  if (forget_sampled(ptr)) push_free(ptr, now_ns());
 }
 
 void nudge_writer() {
@@ -89,7 +161,15 @@ void wait_for_work(long timeout_ns) {
 }
 
 void reset_after_fork() {
-  g_alloc_ring.reset();
+  g_rings.allocs.reset();
+  g_rings.frees.reset();
+  g_rings.frees_overflow.reset();
+  // The child inherits the parent's sampled heap, but not its writer's live set: frees of
+  // inherited samples are simply not reported.
+  g_sampled_set.clear();
+  g_alloc_samples.store(0);
+  g_untracked.store(0);
+  g_frees_seen.store(0);
   tls_state.tid = static_cast<uint32_t>(syscall(SYS_gettid));
 }
 

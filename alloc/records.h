@@ -21,4 +21,13 @@ struct AllocRecord {
 };
 static_assert(sizeof(AllocRecord) % alignof(uint64_t) == 0);
 
+// A free (or a moving realloc) of a sampled, still-tracked allocation. The writer fills in
+// size and the allocation's timestamp from its live set.
+struct FreeRecord {
+  uint64_t timestamp_ns;
+  uint64_t addr;
+  uint32_t tid;
+  uint32_t unused;
+};
+
 }  // namespace d9

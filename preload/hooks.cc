@@ -13,7 +13,9 @@
 //    throws propagates, and the retry keeps the requested alignment;
 //  - d9's own bookkeeping never changes errno.
 //  - the exec family seals the current segment first, since exec runs no destructors.
-// Frees need no bookkeeping yet (live-set tracking is a separate step). glibc-only extras
+// With the live set on, sampled allocations come from the sampled arena, and every free
+// first asks whether its pointer lies in that arena's range (sampled_heap.h): a compare
+// against two globals, no memory touched. glibc-only extras
 // (mallinfo, malloc_trim, mallopt, malloc_info) are left to glibc: they describe glibc's
 // unused arena and stay harmless.
 #include <dlfcn.h>
@@ -23,12 +25,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <new>
 
+#include "alloc/jemalloc_api.h"
 #include "alloc/profiler.h"
 #include "alloc/sampler.h"
 #include "alloc/thread_state.h"
-#include "preload/jemalloc_api.h"
 #include "preload/runtime.h"
 
 #define D9_EXPORT extern "C" __attribute__((visibility("default")))
@@ -49,20 +52,47 @@ inline bool no_sample(size_t size) {
   return !d9::reaches_sample_point(tls_state.bytes_until_sample, size);
 }
 
-// The sampled path, out of line: decide, allocate, record. errno is what the allocation
-// left it, never what d9's own work did.
+// The sampled path, out of line: decide, allocate, record. `plain(0)` allocates as usual;
+// a sampled allocation calls `plain(flags)` with the sampled arena's mallocx flags (0 with
+// the live set off), falling back to the usual heap if the arena is exhausted. errno is
+// what the allocation left it, never what d9's own work did.
 template <class Allocate>
 __attribute__((noinline)) void* sampled(size_t size, Allocate allocate) {
   int saved = errno;
   bool take = d9::runtime::at_sample_point(size);
   errno = saved;
-  void* p = allocate();
-  if (take && p) {
+  if (!take) return allocate(0);
+  int flags = d9::alloc::sampled_flags();
+  void* p = flags ? allocate(flags) : nullptr;
+  if (!p) p = allocate(0);
+  if (p) {
     saved = errno;
     d9::alloc::record_alloc(p, size);
     errno = saved;
   }
   return p;
+}
+
+// Frees a block the range check flagged: records the free (if it is a tracked sample)
+// before the memory is released, then returns it to its arena past the thread cache.
+__attribute__((noinline)) void sampled_free(void* p, size_t size, int flags) {
+  int saved = errno;
+  d9::alloc::record_free(p);
+  errno = saved;
+  flags |= d9::je::kTcacheNone;
+  if (size) {
+    d9_je_sdallocx(p, size, flags);
+  } else {
+    d9_je_dallocx(p, flags);
+  }
+}
+
+// Every free goes through here: the range check, then jemalloc.
+inline void free_block(void* p, size_t size, int flags) {
+  if (__builtin_expect(d9::alloc::maybe_sampled(p), 0)) return sampled_free(p, size, flags);
+  if (size) return d9_je_sdallocx(p, size, flags);
+  if (flags) return d9_je_dallocx(p, flags);
+  d9_je_free(p);
 }
 
 inline void* or_enomem(void* p) {
@@ -76,16 +106,26 @@ size_t page_size() {
 }
 
 // glibc's memalign: alignments up to 16 are plain malloc; others are rounded up to a power
-// of two; absurd ones fail with EINVAL.
-void* glibc_memalign(size_t alignment, size_t size) {
-  if (alignment <= kMinAlign) return or_enomem(d9_je_malloc(glibc_size(size)));
+// of two; absurd ones fail with EINVAL. `flags` places it (0 = the usual heap).
+void* glibc_memalign(size_t alignment, size_t size, int flags) {
   if (alignment > SIZE_MAX / 2 + 1) {
     errno = EINVAL;
     return nullptr;
   }
   size_t a = kMinAlign;
   while (a < alignment) a <<= 1;
+  if (flags) return or_enomem(d9_je_mallocx(glibc_size(size), flags | d9::je::align(a)));
+  if (alignment <= kMinAlign) return or_enomem(d9_je_malloc(glibc_size(size)));
   return or_enomem(d9_je_aligned_alloc(a, size));
+}
+
+// After a failure on the usual heap: memory the handler (or anyone) freed may sit in the
+// sampled arena's retained extents, which the usual heap cannot reuse. Under an address-
+// space limit that is the only memory left, so the retry looks there too.
+void* from_sampled_arena(size_t size, size_t alignment) {
+  int flags = d9::alloc::sampled_flags();
+  if (!flags) return nullptr;
+  return d9_je_mallocx(size, flags | (alignment ? d9::je::align(alignment) : 0));
 }
 
 // operator new when the allocator came back empty: the standard's new-handler loop.
@@ -107,50 +147,87 @@ __attribute__((noinline)) void* new_failed(size_t size, size_t alignment) {
       handler();
     }
     void* p = alignment ? d9_je_aligned_alloc(alignment, size) : d9_je_malloc(size);
+    if (!p) p = from_sampled_arena(size, alignment);
     if (p) return p;
   }
 }
 
 template <bool kNoThrow>
-inline void* new_impl(size_t size) {
-  void* p = d9_je_malloc(glibc_size(size));
+inline void* new_impl(size_t size, int flags) {
+  size = glibc_size(size);
+  void* p = flags ? d9_je_mallocx(size, flags) : d9_je_malloc(size);
   if (D9_LIKELY(p)) return p;
-  return new_failed<kNoThrow>(glibc_size(size), 0);
+  if (flags) return nullptr;  // the sampled path retries on the usual heap
+  return new_failed<kNoThrow>(size, 0);
 }
 
 template <bool kNoThrow>
-inline void* new_aligned_impl(size_t size, std::align_val_t al) {
+inline void* new_aligned_impl(size_t size, std::align_val_t al, int flags) {
   auto alignment = static_cast<size_t>(al);
   if (alignment < kMinAlign) alignment = kMinAlign;
-  void* p = d9_je_aligned_alloc(alignment, size);
+  void* p = flags ? d9_je_mallocx(size, flags | d9::je::align(alignment))
+                  : d9_je_aligned_alloc(alignment, size);
   if (D9_LIKELY(p)) return p;
+  if (flags) return nullptr;
   return new_failed<kNoThrow>(size, alignment);
 }
 
 template <bool kNoThrow>
 inline void* new_entry(size_t size) {
-  if (no_sample(size)) return new_impl<kNoThrow>(size);
-  return sampled(size, [=] { return new_impl<kNoThrow>(size); });
+  if (no_sample(size)) return new_impl<kNoThrow>(size, 0);
+  return sampled(size, [=](int flags) { return new_impl<kNoThrow>(size, flags); });
 }
 
 template <bool kNoThrow>
 inline void* new_aligned_entry(size_t size, std::align_val_t al) {
-  if (no_sample(size)) return new_aligned_impl<kNoThrow>(size, al);
-  return sampled(size, [=] { return new_aligned_impl<kNoThrow>(size, al); });
+  if (no_sample(size)) return new_aligned_impl<kNoThrow>(size, al, 0);
+  return sampled(size, [=](int flags) { return new_aligned_impl<kNoThrow>(size, al, flags); });
 }
 
-inline void sized_free(void* p, size_t size) {
-  if (p) d9_je_sdallocx(p, glibc_size(size), 0);
-}
-
-inline void aligned_free(void* p, std::align_val_t al) {
+inline int align_flags(std::align_val_t al) {
   auto alignment = static_cast<size_t>(al);
-  if (p) d9_je_dallocx(p, MALLOCX_ALIGN(alignment < kMinAlign ? kMinAlign : alignment));
+  return d9::je::align(alignment < kMinAlign ? kMinAlign : alignment);
 }
 
-inline void sized_aligned_free(void* p, size_t size, std::align_val_t al) {
-  auto alignment = static_cast<size_t>(al);
-  if (p) d9_je_sdallocx(p, size, MALLOCX_ALIGN(alignment < kMinAlign ? kMinAlign : alignment));
+// A sampled realloc's result, placed in the sampled arena (NULL if the arena is full).
+void* realloc_into_arena(void* ptr, size_t size, int flags) {
+  if (!ptr) return d9_je_mallocx(size, flags);
+  if (d9::alloc::maybe_sampled(ptr)) return d9_je_rallocx(ptr, size, flags);
+  // jemalloc would grow a block of the usual heap in place, outside the sampled arena,
+  // where its free could not be seen. Move it once; later growth stays in the arena.
+  void* q = d9_je_mallocx(size, flags);
+  if (q) {
+    size_t old = d9_je_malloc_usable_size(ptr);
+    memcpy(q, ptr, old < size ? old : size);
+    d9_je_free(ptr);
+  }
+  return q;
+}
+
+// realloc that may involve a sampled block or a new sample. The old block's free is
+// claimed before jemalloc can release it (see profiler.h) and undone if realloc fails.
+__attribute__((noinline)) void* realloc_slow(void* ptr, size_t size, bool charged_sample) {
+  int saved = errno;
+  bool take = charged_sample && d9::runtime::at_sample_point(size);
+  bool tracked = d9::alloc::maybe_sampled(ptr) && d9::alloc::forget_sampled(ptr);
+  uint64_t free_ts = tracked ? d9::alloc::now_ns() : 0;
+  errno = saved;
+  int flags = take ? d9::alloc::sampled_flags() : 0;
+  void* q = flags ? realloc_into_arena(ptr, glibc_size(size), flags) : nullptr;
+  if (!q) {
+    q = d9::alloc::maybe_sampled(ptr) ? d9_je_rallocx(ptr, glibc_size(size), d9::je::kTcacheNone)
+                                      : d9_je_realloc(ptr, glibc_size(size));
+  }
+  saved = errno;
+  if (!q) {
+    if (tracked) d9::alloc::retrack_sampled(ptr);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (tracked) d9::alloc::push_free(ptr, free_ts);
+  if (take) d9::alloc::record_alloc(q, size);
+  errno = saved;
+  return q;
 }
 
 }  // namespace
@@ -159,10 +236,12 @@ inline void sized_aligned_free(void* p, size_t size, std::align_val_t al) {
 
 D9_EXPORT void* malloc(size_t size) {
   if (no_sample(size)) return d9_je_malloc(glibc_size(size));
-  return sampled(size, [=] { return d9_je_malloc(glibc_size(size)); });
+  return sampled(size, [=](int flags) {
+    return flags ? d9_je_mallocx(glibc_size(size), flags) : d9_je_malloc(glibc_size(size));
+  });
 }
 
-D9_EXPORT void free(void* ptr) { d9_je_free(ptr); }
+D9_EXPORT void free(void* ptr) { free_block(ptr, 0, 0); }
 
 D9_EXPORT void* calloc(size_t n, size_t size) {
   size_t total;
@@ -171,17 +250,23 @@ D9_EXPORT void* calloc(size_t n, size_t size) {
     return nullptr;
   }
   if (no_sample(total)) return d9_je_calloc(1, glibc_size(total));
-  return sampled(total, [=] { return d9_je_calloc(1, glibc_size(total)); });
+  return sampled(total, [=](int flags) {
+    return flags ? d9_je_mallocx(glibc_size(total), flags | d9::je::kZero)
+                 : d9_je_calloc(1, glibc_size(total));
+  });
 }
 
 D9_EXPORT void* realloc(void* ptr, size_t size) {
   // glibc: realloc(p, 0) frees p and returns NULL.
   if (ptr && size == 0) {
-    d9_je_free(ptr);
+    free_block(ptr, 0, 0);
     return nullptr;
   }
-  if (no_sample(size)) return or_enomem(d9_je_realloc(ptr, glibc_size(size)));
-  return sampled(size, [=] { return or_enomem(d9_je_realloc(ptr, glibc_size(size))); });
+  bool sample_point = !no_sample(size);
+  if (D9_LIKELY(!sample_point && !d9::alloc::maybe_sampled(ptr))) {
+    return or_enomem(d9_je_realloc(ptr, glibc_size(size)));
+  }
+  return realloc_slow(ptr, size, sample_point);
 }
 
 D9_EXPORT void* reallocarray(void* ptr, size_t n, size_t size) {
@@ -200,14 +285,15 @@ D9_EXPORT int posix_memalign(void** out, size_t alignment, size_t size) {
   if (alignment < kMinAlign) alignment = kMinAlign;
   int saved = errno;  // posix_memalign reports through its result, never through errno
   int rc = 0;
-  auto allocate = [&]() -> void* {
-    void* p = d9_je_aligned_alloc(alignment, size);
+  auto allocate = [&](int flags) -> void* {
+    void* p = flags ? d9_je_mallocx(size, flags | d9::je::align(alignment))
+                    : d9_je_aligned_alloc(alignment, size);
     rc = p ? 0 : ENOMEM;
     if (p) *out = p;
     return p;
   };
   if (no_sample(size)) {
-    allocate();
+    allocate(0);
   } else {
     sampled(size, allocate);
   }
@@ -216,8 +302,8 @@ D9_EXPORT int posix_memalign(void** out, size_t alignment, size_t size) {
 }
 
 D9_EXPORT void* memalign(size_t alignment, size_t size) {
-  if (no_sample(size)) return glibc_memalign(alignment, size);
-  return sampled(size, [=] { return glibc_memalign(alignment, size); });
+  if (no_sample(size)) return glibc_memalign(alignment, size, 0);
+  return sampled(size, [=](int flags) { return glibc_memalign(alignment, size, flags); });
 }
 
 D9_EXPORT void* aligned_alloc(size_t alignment, size_t size) { return memalign(alignment, size); }
@@ -243,22 +329,45 @@ D9_EXPORT size_t malloc_usable_size(void* ptr) {
 
 // ---- jemalloc's own API, so programs built against jemalloc share d9's heap -----------
 
+// The caller's own mallocx flags win: a sample goes to the sampled arena only when they
+// name no arena or thread cache of their own (else it is counted as untracked).
+inline int merge_flags(int caller, int sampled) {
+  constexpr int kPlacement = ~0x7f;  // arena and tcache bits; the low 7 are align + zero
+  if (!sampled) return 0;
+  return (caller & kPlacement) ? 0 : caller | sampled;
+}
+
 D9_EXPORT void* mallocx(size_t size, int flags) {
   if (no_sample(size)) return d9_je_mallocx(size, flags);
-  return sampled(size, [=] { return d9_je_mallocx(size, flags); });
+  return sampled(size, [=](int ours) {
+    int f = merge_flags(flags, ours);
+    return ours && !f ? nullptr : d9_je_mallocx(size, ours ? f : flags);
+  });
 }
 
 D9_EXPORT void* rallocx(void* ptr, size_t size, int flags) {
-  if (no_sample(size)) return d9_je_rallocx(ptr, size, flags);
-  return sampled(size, [=] { return d9_je_rallocx(ptr, size, flags); });
+  // Rare API: moves of sampled blocks are reported; new samples stay where the caller put
+  // them.
+  if (no_sample(size) && !d9::alloc::maybe_sampled(ptr)) return d9_je_rallocx(ptr, size, flags);
+  bool tracked = d9::alloc::maybe_sampled(ptr) && d9::alloc::forget_sampled(ptr);
+  uint64_t free_ts = tracked ? d9::alloc::now_ns() : 0;
+  void* q = d9_je_rallocx(ptr, size, flags);
+  if (!q) {
+    if (tracked) d9::alloc::retrack_sampled(ptr);
+    return nullptr;
+  }
+  if (tracked) d9::alloc::push_free(ptr, free_ts);
+  return q;
 }
 
 D9_EXPORT size_t xallocx(void* ptr, size_t size, size_t extra, int flags) {
   return d9_je_xallocx(ptr, size, extra, flags);
 }
 D9_EXPORT size_t sallocx(const void* ptr, int flags) { return d9_je_sallocx(ptr, flags); }
-D9_EXPORT void dallocx(void* ptr, int flags) { d9_je_dallocx(ptr, flags); }
-D9_EXPORT void sdallocx(void* ptr, size_t size, int flags) { d9_je_sdallocx(ptr, size, flags); }
+D9_EXPORT void dallocx(void* ptr, int flags) { free_block(ptr, 0, flags); }
+D9_EXPORT void sdallocx(void* ptr, size_t size, int flags) {
+  free_block(ptr, size ? size : 1, flags);
+}
 D9_EXPORT size_t nallocx(size_t size, int flags) { return d9_je_nallocx(size, flags); }
 D9_EXPORT int mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp, size_t newlen) {
   return d9_je_mallctl(name, oldp, oldlenp, newp, newlen);
@@ -300,28 +409,38 @@ D9_EXPORT_CXX void* operator new[](size_t size, std::align_val_t al,
   return new_aligned_entry<true>(size, al);
 }
 
-D9_EXPORT_CXX void operator delete(void* p) noexcept { d9_je_free(p); }
-D9_EXPORT_CXX void operator delete[](void* p) noexcept { d9_je_free(p); }
-D9_EXPORT_CXX void operator delete(void* p, size_t n) noexcept { sized_free(p, n); }
-D9_EXPORT_CXX void operator delete[](void* p, size_t n) noexcept { sized_free(p, n); }
-D9_EXPORT_CXX void operator delete(void* p, const std::nothrow_t&) noexcept { d9_je_free(p); }
-D9_EXPORT_CXX void operator delete[](void* p, const std::nothrow_t&) noexcept { d9_je_free(p); }
-D9_EXPORT_CXX void operator delete(void* p, std::align_val_t al) noexcept { aligned_free(p, al); }
+D9_EXPORT_CXX void operator delete(void* p) noexcept { free_block(p, 0, 0); }
+D9_EXPORT_CXX void operator delete[](void* p) noexcept { free_block(p, 0, 0); }
+D9_EXPORT_CXX void operator delete(void* p, size_t n) noexcept {
+  if (p) free_block(p, glibc_size(n), 0);
+}
+D9_EXPORT_CXX void operator delete[](void* p, size_t n) noexcept {
+  if (p) free_block(p, glibc_size(n), 0);
+}
+D9_EXPORT_CXX void operator delete(void* p, const std::nothrow_t&) noexcept {
+  free_block(p, 0, 0);
+}
+D9_EXPORT_CXX void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  free_block(p, 0, 0);
+}
+D9_EXPORT_CXX void operator delete(void* p, std::align_val_t al) noexcept {
+  if (p) free_block(p, 0, align_flags(al));
+}
 D9_EXPORT_CXX void operator delete[](void* p, std::align_val_t al) noexcept {
-  aligned_free(p, al);
+  if (p) free_block(p, 0, align_flags(al));
 }
 D9_EXPORT_CXX void operator delete(void* p, size_t n, std::align_val_t al) noexcept {
-  sized_aligned_free(p, n, al);
+  if (p) free_block(p, n, align_flags(al));
 }
 D9_EXPORT_CXX void operator delete[](void* p, size_t n, std::align_val_t al) noexcept {
-  sized_aligned_free(p, n, al);
+  if (p) free_block(p, n, align_flags(al));
 }
 D9_EXPORT_CXX void operator delete(void* p, std::align_val_t al, const std::nothrow_t&) noexcept {
-  aligned_free(p, al);
+  if (p) free_block(p, 0, align_flags(al));
 }
 D9_EXPORT_CXX void operator delete[](void* p, std::align_val_t al,
                                      const std::nothrow_t&) noexcept {
-  aligned_free(p, al);
+  if (p) free_block(p, 0, align_flags(al));
 }
 
 // ---- exec family: seal the segment before the image is replaced -----------------------

@@ -95,10 +95,15 @@ int start_process() {
   }
   s.stack_depth = static_cast<int>(g_options.stack_depth);
   s.ring_slots = static_cast<uint32_t>(g_options.ring_slots);
+  s.liveset = g_options.liveset;
   if (!alloc::setup(s)) {
     log::line("cannot map the sample ring; profiling is off");
     g_state.store(kOff, std::memory_order_release);
     return kOff;
+  }
+  if (g_options.liveset && !alloc::settings().liveset) {
+    log::line("live set off: frees are not tracked (RLIMIT_AS is limited, or address space for ",
+              "the sampled heap could not be reserved)");
   }
   make_boot_id();
   g_state.store(kOn, std::memory_order_release);
@@ -166,8 +171,7 @@ StringMap build_metadata() {
   const char* service = o.service[0] ? o.service : program_invocation_short_name;
   return {
       {"memory.sample_rate_bytes", std::to_string(o.sample_rate)},
-      // Free tracking arrives with the live-set work; until then frees are not recorded.
-      {"memory.track_liveset", "false"},
+      {"memory.track_liveset", alloc::settings().liveset ? "true" : "false"},
       {"cpu.profile.frequency_hz", "0"},
       {"boot_id", g_boot_id},
       {"service", service},
@@ -193,10 +197,22 @@ bool open_segment(Writer& w) {
 }
 
 bool drain(Writer& w) {
-  w.collector.drain(alloc::alloc_ring(), w.segment);
+  w.collector.drain(alloc::rings(), alloc::counters(), w.segment);
   if (w.segment.flush()) return true;
   turn_off(w.segment.error());
   return false;
+}
+
+// Closes the current segment: the live set, then the seal (which adds the counters to the
+// closing metadata so every segment says how many samples were taken and dropped).
+void seal(Writer& w) {
+  if (!w.segment.is_open()) return;
+  if (alloc::settings().liveset) w.collector.write_live_set(w.segment.events());
+  alloc::Counters c = alloc::counters();
+  w.segment.seal({{"memory.alloc_samples_taken", std::to_string(c.alloc_samples)},
+                  {"memory.frees_seen", std::to_string(c.frees_seen)},
+                  {"memory.untracked_samples", std::to_string(c.untracked)},
+                  {"memory.live_samples", std::to_string(w.collector.live_count())}});
 }
 
 void* writer_main(void*) {
@@ -210,7 +226,7 @@ void* writer_main(void*) {
   // write, so a fork child that execs or exits at once leaves nothing behind.
   bool ok = true;
   auto write_pending = [&] {
-    if (!w->collector.pending(alloc::alloc_ring())) return true;
+    if (!w->collector.pending(alloc::rings(), alloc::counters())) return true;
     if (!w->segment.is_open()) {
       if (!make_dirs(w->dir)) {
         turn_off("cannot create output directory " + w->dir + ": " + strerror(errno));
@@ -227,7 +243,7 @@ void* writer_main(void*) {
     ok = write_pending();
     uint64_t requested = g_seal_requested.load(std::memory_order_acquire);
     if (requested != g_seals_done) {
-      if (ok) w->segment.seal();  // the next events open the next segment
+      if (ok) seal(*w);  // the next events open the next segment
       pthread_mutex_lock(&g_mu);
       g_seals_done = requested;
       pthread_cond_broadcast(&g_done_cv);
@@ -235,7 +251,7 @@ void* writer_main(void*) {
     }
   }
 
-  if (ok && write_pending()) w->segment.seal();
+  if (ok && write_pending()) seal(*w);
   pthread_mutex_lock(&g_mu);
   g_done = true;
   pthread_cond_broadcast(&g_done_cv);

@@ -23,6 +23,11 @@ constexpr FieldSpec kFreeFields[] = {{"tid", T(FieldType::kU32)},
                                      {"alloc_timestamp_ns", T(FieldType::kVarint)}};
 constexpr FieldSpec kOverflowFields[] = {{"dropped_allocs", T(FieldType::kVarint)},
                                          {"dropped_frees", T(FieldType::kVarint)}};
+constexpr FieldSpec kLiveFields[] = {{"tid", T(FieldType::kU32)},
+                                     {"size", T(FieldType::kVarint)},
+                                     {"addr", T(FieldType::kVarint)},
+                                     {"alloc_timestamp_ns", T(FieldType::kVarint)},
+                                     {"callchain", T(FieldType::kPooledStack)}};
 constexpr FieldSpec kSymbolFields[] = {{"addr", T(FieldType::kVarint)},
                                        {"size", T(FieldType::kVarint)},
                                        {"symbol_name", T(FieldType::kPooledString)},
@@ -34,6 +39,7 @@ const EventSpec kMetadata{fmt::kSegmentMetadataEvent, true, kMetadataFields};
 const EventSpec kAlloc{fmt::kAllocEvent, true, kAllocFields};
 const EventSpec kFree{fmt::kFreeEvent, true, kFreeFields};
 const EventSpec kOverflow{fmt::kMemoryProfileOverflowEvent, true, kOverflowFields};
+const EventSpec kLive{fmt::kLiveAllocation, false, kLiveFields};
 const EventSpec kSymbol{fmt::kSymbolTableEntry, true, kSymbolFields};
 
 }  // namespace
@@ -183,6 +189,17 @@ void Encoder::overflow_event(uint64_t ts, uint64_t dropped_allocs, uint64_t drop
   event_header(kOverflow, ts);
   put_varint(dropped_allocs);
   put_varint(dropped_frees);
+}
+
+void Encoder::live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
+                              std::span<const uint64_t> stack) {
+  uint32_t stack_id = intern_stack(stack);
+  event_header(kLive, 0);
+  put_u32(tid);
+  put_varint(size);
+  put_varint(addr);
+  put_varint(alloc_ts);
+  put_u32(stack_id);
 }
 
 void Encoder::symbol_entry(uint64_t addr, uint64_t size, std::string_view name,

@@ -47,6 +47,10 @@ class Encoder {
   void free_event(uint64_t ts, uint32_t tid, uint64_t addr, uint64_t size,
                   uint64_t alloc_ts);
   void overflow_event(uint64_t ts, uint64_t dropped_allocs, uint64_t dropped_frees);
+  // d9's own event (no timestamp, so dial9's readers skip it): one sampled allocation still
+  // live when the segment was sealed. A leak report can work from the last segment alone.
+  void live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
+                       std::span<const uint64_t> stack);
   void symbol_entry(uint64_t addr, uint64_t size, std::string_view name, uint64_t inline_depth,
                     std::string_view file, uint64_t line);
 

@@ -54,6 +54,8 @@ inline constexpr char kFreeEvent[] = "FreeEvent";
 inline constexpr char kCpuSampleEvent[] = "CpuSampleEvent";
 inline constexpr char kMemoryProfileOverflowEvent[] = "MemoryProfileOverflowEvent";
 inline constexpr char kSymbolTableEntry[] = "SymbolTableEntry";
+// d9's own, untimestamped: a sampled allocation still live at seal (see encoder.h).
+inline constexpr char kLiveAllocation[] = "Libd9LiveAllocation";
 
 // Magic bytes of the compressed containers segments may come in.
 inline constexpr uint8_t kZstdMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};

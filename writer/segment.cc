@@ -81,7 +81,7 @@ bool Segment::flush() {
   return ok;
 }
 
-std::string Segment::seal() {
+std::string Segment::seal(const StringMap& extra) {
   if (fd_ < 0) return "";
   if (!flush() || event_count_ == 0) {
     close_fd();
@@ -90,7 +90,9 @@ std::string Segment::seal() {
   }
   Encoder tail;
   tail.begin_stream();
-  tail.segment_metadata(monotonic_ns(), {{"segment.complete", "true"}});
+  StringMap closing = {{"segment.complete", "true"}};
+  closing.insert(closing.end(), extra.begin(), extra.end());
+  tail.segment_metadata(monotonic_ns(), closing);
   bool ok = write_all(tail.bytes().data(), tail.size());
   close_fd();
   if (!ok) return "";

@@ -36,9 +36,10 @@ class Segment {
   // Appends everything encoded so far. False (with error()) when the write fails.
   bool flush();
 
-  // Writes the closing metadata, closes and renames to the sealed name. A segment that
-  // holds no events is deleted instead. Returns the final path ("" when deleted/failed).
-  std::string seal();
+  // Writes the closing metadata (segment.complete=true plus `extra`), closes and renames to
+  // the sealed name. A segment that holds no events is deleted instead. Returns the final
+  // path ("" when deleted or failed).
+  std::string seal(const StringMap& extra = {});
 
   bool is_open() const { return fd_ >= 0; }
   // Fork child: closes the inherited descriptor and forgets the file without touching it.

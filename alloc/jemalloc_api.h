@@ -1,13 +1,19 @@
 // jemalloc's entry points inside libd9.so (its C API; d9 implements operator new itself). Debian's libjemalloc_pic.a is linked in with
-// every public symbol renamed `d9_je_<name>` (see preload/CMakeLists.txt), so the calls
+// every public symbol renamed `d9_je_<name>` (see alloc/CMakeLists.txt), so the calls
 // below go straight into jemalloc's own fast paths, with no PLT and no chance of binding
 // to another allocator, and libd9's exported malloc family is the only one the host sees.
 #pragma once
 
 #include <cstddef>
 
-// Same flag encoding as jemalloc.h's MALLOCX_ALIGN (log2 of the alignment, power of two).
-#define MALLOCX_ALIGN(a) static_cast<int>(__builtin_ctzl(a))
+// mallocx flag encodings as jemalloc.h defines them (checked against it in sampled_heap.cc;
+// jemalloc.h itself is not included here, its malloc declarations would clash with ours).
+namespace d9::je {
+constexpr int kZero = 0x40;          // MALLOCX_ZERO
+constexpr int kTcacheNone = 0x100;   // MALLOCX_TCACHE_NONE
+constexpr int align(size_t a) { return __builtin_ctzl(a); }            // MALLOCX_ALIGN
+constexpr int arena(unsigned a) { return static_cast<int>(a + 1) << 20; }  // MALLOCX_ARENA
+}  // namespace d9::je
 
 extern "C" {
 void* d9_je_malloc(size_t size) noexcept;

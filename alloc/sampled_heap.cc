@@ -1,0 +1,115 @@
+#include "alloc/sampled_heap.h"
+
+#include <jemalloc/jemalloc.h>  // extent_hooks_t and the MALLOCX_* flag encodings
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include <atomic>
+
+#include "alloc/jemalloc_api.h"
+
+namespace d9::alloc {
+
+static_assert(je::kZero == MALLOCX_ZERO && je::kTcacheNone == MALLOCX_TCACHE_NONE &&
+              je::arena(7) == MALLOCX_ARENA(7));  // MALLOCX_ALIGN(a) is ffs(a) - 1 == ctz(a)
+
+SampledRange g_sampled_range = {0, 0};
+
+namespace {
+
+std::atomic<uintptr_t> g_cursor{0};  // next free byte of the reservation
+int g_flags = 0;
+
+// Memory in the reservation was counted against RLIMIT_AS when it was reserved, so under
+// an address-space limit it would let the program allocate past that limit. With a limit
+// in force, d9 reserves nothing and the hook hands out no new memory: sampled allocations
+// then come from the usual heap, under the same limit (and are counted as untracked).
+// (RLIMIT_DATA needs nothing: the kernel checks it when mprotect makes pages writable.)
+bool address_space_limited() {
+  rlimit rl;
+  return getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+}
+
+// Carves `size` bytes aligned to `alignment` from the reservation (lock-free bump).
+void* extent_alloc(extent_hooks_t*, void* new_addr, size_t size, size_t alignment, bool* zero,
+                   bool* commit, unsigned) {
+  if (address_space_limited()) return nullptr;
+  const uintptr_t end = g_sampled_range.base + g_sampled_range.size;
+  uintptr_t cur = g_cursor.load(std::memory_order_relaxed);
+  uintptr_t start;
+  do {
+    start = (cur + alignment - 1) & ~(alignment - 1);
+    if (new_addr && reinterpret_cast<uintptr_t>(new_addr) != start) return nullptr;
+    if (start < cur || start + size > end || start + size < start) return nullptr;  // full
+  } while (!g_cursor.compare_exchange_weak(cur, start + size, std::memory_order_relaxed));
+  void* p = reinterpret_cast<void*>(start);
+  if (mprotect(p, size, PROT_READ | PROT_WRITE) != 0) return nullptr;  // bytes stay carved
+  *zero = true;  // never handed out before: fresh zero pages
+  *commit = true;
+  return p;
+}
+
+// Opt out of unmapping: jemalloc keeps the extent and reuses it.
+bool extent_dalloc(extent_hooks_t*, void*, size_t, bool, unsigned) { return true; }
+void extent_destroy(extent_hooks_t*, void*, size_t, bool, unsigned) {}
+bool extent_commit(extent_hooks_t*, void*, size_t, size_t, size_t, unsigned) { return false; }
+// Opt out of decommit: pages stay accessible (and are purged instead).
+bool extent_decommit(extent_hooks_t*, void*, size_t, size_t, size_t, unsigned) { return true; }
+
+bool extent_purge_lazy(extent_hooks_t*, void* addr, size_t, size_t offset, size_t length,
+                       unsigned) {
+  return madvise(static_cast<char*>(addr) + offset, length, MADV_FREE) != 0;
+}
+
+bool extent_purge_forced(extent_hooks_t*, void* addr, size_t, size_t offset, size_t length,
+                         unsigned) {
+  return madvise(static_cast<char*>(addr) + offset, length, MADV_DONTNEED) != 0;
+}
+
+// One contiguous mapping: any split or merge inside it is fine.
+bool extent_split(extent_hooks_t*, void*, size_t, size_t, size_t, bool, unsigned) {
+  return false;
+}
+bool extent_merge(extent_hooks_t*, void*, size_t, void*, size_t, bool, unsigned) {
+  return false;
+}
+
+extent_hooks_t g_hooks = {extent_alloc,      extent_dalloc,       extent_destroy,
+                          extent_commit,     extent_decommit,     extent_purge_lazy,
+                          extent_purge_forced, extent_split,      extent_merge};
+
+}  // namespace
+
+bool init_sampled_heap(size_t reserve_bytes) {
+  if (g_sampled_range.size) return true;
+  if (address_space_limited()) return false;
+  void* base = MAP_FAILED;
+  // vm.max_map_count or overcommit policy may refuse a large reservation: halve to 1 GiB.
+  for (size_t bytes = reserve_bytes; bytes >= (1ULL << 30); bytes /= 2) {
+    base = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base != MAP_FAILED) {
+      reserve_bytes = bytes;
+      break;
+    }
+  }
+  if (base == MAP_FAILED) return false;
+
+  // The range must be valid before the arena exists: jemalloc allocates the arena's own
+  // metadata through its hooks while creating it.
+  g_cursor.store(reinterpret_cast<uintptr_t>(base), std::memory_order_relaxed);
+  g_sampled_range = {reinterpret_cast<uintptr_t>(base), reserve_bytes};
+  unsigned arena = 0;
+  size_t arena_size = sizeof(arena);
+  extent_hooks_t* hooks = &g_hooks;
+  if (d9_je_mallctl("arenas.create", &arena, &arena_size, &hooks, sizeof(hooks)) != 0) {
+    g_sampled_range = {0, 0};
+    munmap(base, reserve_bytes);
+    return false;
+  }
+  g_flags = je::arena(arena) | je::kTcacheNone;
+  return true;
+}
+
+int sampled_heap_flags() { return g_flags; }
+
+}  // namespace d9::alloc

@@ -1,0 +1,41 @@
+// Where sampled allocations live, so that free() can recognise them for free.
+//
+// Sampled allocations are served by a jemalloc arena of their own, whose extent hooks
+// carve memory from one reserved address range. Every pointer a free() sees is then
+// "certainly not sampled" unless it falls in that range, which a compare against two
+// globals decides without touching memory: unsampled frees, nearly all of them, pay two
+// loads, a subtract and a branch. Pointers in the range are checked exactly against the
+// sampled-address set (address_set.h).
+//
+// The range is reserved PROT_NONE and MAP_NORESERVE and made accessible extent by extent,
+// so it costs address space, not memory. Extents are never unmapped: jemalloc retains and
+// reuses them, and purges their pages through the hooks like any other.
+//
+// Allocations in the arena bypass the thread caches (MALLOCX_TCACHE_NONE) on the way in
+// and out, so the arena's memory never leaks into ordinary allocations through a tcache.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace d9::alloc {
+
+struct SampledRange {
+  uintptr_t base;
+  uintptr_t size;  // 0 while the live set is off: nothing is ever in range
+};
+extern SampledRange g_sampled_range;
+
+inline bool maybe_sampled(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) - g_sampled_range.base < g_sampled_range.size;
+}
+
+// Reserves up to `reserve_bytes` of address space (less if the system refuses) and creates
+// the arena. False if neither works, or if RLIMIT_AS is limited (the reservation would eat
+// into the program's own limit); the live set must then stay off.
+bool init_sampled_heap(size_t reserve_bytes);
+
+// mallocx flags that allocate in the sampled arena (valid after init_sampled_heap).
+int sampled_heap_flags();
+
+}  // namespace d9::alloc
