@@ -1,0 +1,15 @@
+// See subject_exe.cc.
+#pragma once
+
+#include "tests/symbolize/symtest.h"
+
+namespace symtest {
+void outer_fn(SymtestChain* c);  // outer_fn -> mid_fn -> inner_fn (both inlined) -> probe
+}  // namespace symtest
+
+namespace ns {
+struct Klass {
+  int method(int x);  // probe in ns::Klass::method(int)
+  SymtestProbe probe;
+};
+}  // namespace ns
