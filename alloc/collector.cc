@@ -14,6 +14,9 @@ uint64_t dropped_frees(const Rings& rings, const Counters& c) {
   return rings.frees_overflow.dropped() + c.untracked;
 }
 
+// A free waits this many drains (~1 s at the 5 ms interval) for its allocation.
+constexpr uint32_t kMaxDrainsPending = 200;
+
 std::span<const uint64_t> frames_of(const std::string& bytes) {
   return {reinterpret_cast<const uint64_t*>(bytes.data()), bytes.size() / sizeof(uint64_t)};
 }
@@ -21,7 +24,7 @@ std::span<const uint64_t> frames_of(const std::string& bytes) {
 }  // namespace
 
 bool Collector::pending(const Rings& rings, const Counters& c) const {
-  return rings.allocs.peek() || rings.frees.peek() || rings.frees_overflow.peek() ||
+  return !pending_frees_.empty() || rings.allocs.peek() || rings.frees.peek() || rings.frees_overflow.peek() ||
          rings.allocs.dropped() != reported_dropped_allocs_ ||
          dropped_frees(rings, c) != reported_dropped_frees_;
 }
@@ -38,7 +41,7 @@ void Collector::copy_out(Ring& ring, bool is_free) {
       used = std::min(record_size, sizeof(AllocRecord) + r->depth * sizeof(uint64_t));
       ts = r->timestamp_ns;
     }
-    order_.push_back({ts, static_cast<uint32_t>(batch_.size()), is_free});
+    order_.push_back({ts, static_cast<uint32_t>(batch_.size()), is_free, 0});
     batch_.insert(batch_.end(), static_cast<const uint8_t*>(rec),
                   static_cast<const uint8_t*>(rec) + used);
     ring.pop();
@@ -60,6 +63,13 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
   copy_out(rings.frees, true);
   copy_out(rings.frees_overflow, true);
   copy_out(rings.allocs, false);
+  for (const PendingFree& p : pending_frees_) {
+    order_.push_back({p.record.timestamp_ns, static_cast<uint32_t>(batch_.size()), true,
+                      p.drains_waited + 1});
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&p.record);
+    batch_.insert(batch_.end(), bytes, bytes + sizeof(FreeRecord));
+  }
+  pending_frees_.clear();
   // Timestamp order across threads and rings; at equal times a free goes first (the
   // address can only be reused after it was freed).
   std::sort(order_.begin(), order_.end(), [](const Item& a, const Item& b) {
@@ -74,9 +84,20 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
     if (item.is_free) {
       FreeRecord f;
       memcpy(&f, rec, sizeof(f));
-      auto it = live_.find(f.addr);
+      auto [first, last] = live_.equal_range(f.addr);
+      auto it = live_.end();
+      for (auto i = first; i != last; ++i) {
+        if (i->second.alloc_ts < f.timestamp_ns &&
+            (it == live_.end() || i->second.alloc_ts > it->second.alloc_ts)) {
+          it = i;
+        }
+      }
       if (it == live_.end()) {
-        ++unmatched_frees_;  // its AllocEvent was dropped, or it predates a fork
+        if (item.drains_waited < kMaxDrainsPending) {
+          pending_frees_.push_back({f, item.drains_waited});
+        } else {
+          ++unmatched_frees_;
+        }
         continue;
       }
       // dial9 pairs a free with its alloc on addr + alloc_timestamp_ns, bit for bit.
@@ -86,7 +107,8 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
       const auto* a = reinterpret_cast<const AllocRecord*>(rec);
       enc.alloc_event(a->timestamp_ns, a->tid, a->size, a->addr, {a->frames(), a->depth});
       if (liveset && maybe_sampled(reinterpret_cast<const void*>(a->addr))) {
-        live_[a->addr] = {a->timestamp_ns, a->size, a->tid, stack_index(a->frames(), a->depth)};
+        live_.emplace(a->addr,
+                      Live{a->timestamp_ns, a->size, a->tid, stack_index(a->frames(), a->depth)});
       }
     }
     ++written;
@@ -120,6 +142,7 @@ uint64_t Collector::write_live_set(Encoder& enc) const {
 
 void Collector::reset() {
   live_.clear();
+  pending_frees_.clear();
   stack_ids_.clear();
   stacks_.clear();
   reported_dropped_allocs_ = 0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "alloc/profiler.h"
+#include "alloc/records.h"
 #include "writer/segment.h"
 
 namespace d9::alloc {
@@ -25,6 +26,7 @@ class Collector {
   uint64_t write_live_set(Encoder& enc) const;
 
   size_t live_count() const { return live_.size(); }
+  // Frees given up on: no matching allocation arrived within ~1 s (it predates a fork).
   uint64_t unmatched_frees() const { return unmatched_frees_; }
 
   // Starts afresh (fork child: new rings, new process).
@@ -41,6 +43,7 @@ class Collector {
     uint64_t ts;
     uint32_t offset;  // into batch_
     bool is_free;
+    uint32_t drains_waited;  // frees: drains already spent pending
   };
 
   void copy_out(Ring& ring, bool is_free);
@@ -48,7 +51,18 @@ class Collector {
 
   std::vector<uint8_t> batch_;  // copies of the drained records
   std::vector<Item> order_;
-  std::unordered_map<uint64_t, Live> live_;  // by address
+  // Frees whose allocation has not been drained yet. The alloc was published before the
+  // free happened, but a ring hands records out in claim order, so another thread's
+  // claimed-but-unpublished slot can hold it back for a while. Retried on every drain.
+  struct PendingFree {
+    FreeRecord record;
+    uint32_t drains_waited;
+  };
+  std::vector<PendingFree> pending_frees_;
+  // By address. Usually one entry per address, but a free can still be in flight (timed,
+  // not yet published) when a newer allocation reusing its address arrives, so an address
+  // may briefly hold several incarnations; a free pairs with the newest one before it.
+  std::unordered_multimap<uint64_t, Live> live_;
   // Stacks of live allocations, kept across segments for the live set at each seal.
   std::unordered_map<std::string, uint32_t> stack_ids_;
   std::vector<std::string> stacks_;

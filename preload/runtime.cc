@@ -212,7 +212,8 @@ void seal(Writer& w) {
   w.segment.seal({{"memory.alloc_samples_taken", std::to_string(c.alloc_samples)},
                   {"memory.frees_seen", std::to_string(c.frees_seen)},
                   {"memory.untracked_samples", std::to_string(c.untracked)},
-                  {"memory.live_samples", std::to_string(w.collector.live_count())}});
+                  {"memory.live_samples", std::to_string(w.collector.live_count())},
+                  {"memory.unmatched_frees", std::to_string(w.collector.unmatched_frees())}});
 }
 
 void* writer_main(void*) {

@@ -1,0 +1,275 @@
+// End-to-end tests of live-set tracking: frees of sampled allocations are paired with their
+// allocations exactly, leaks show up by site in the live set written at seal, and every
+// dropped free is counted.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "alloc/sampler.h"
+#include "tests/e2e_util.h"
+
+namespace d9::test {
+namespace {
+
+struct Site {
+  std::string name;
+  uint64_t start = 0, end = 0, bytes = 0, count = 0;
+};
+
+struct Live {
+  uint32_t tid;
+  uint64_t size, addr, alloc_ts;
+  std::vector<uint64_t> stack;
+};
+
+// Everything the tests need from one segment, including d9's own live-set events.
+struct Decoded {
+  decode::Trace trace;
+  std::vector<Live> live;
+};
+
+Decoded load(const std::string& path) {
+  Decoded d;
+  d.trace = decode::LoadTrace(path);
+  EXPECT_TRUE(d.trace.ok()) << d.trace.error;
+  decode::RawTrace raw = decode::ReadTraceFile(path);
+  decode::ForEachEvent(raw.bytes, [&](const decode::Event& e) {
+    if (e.name() != "Libd9LiveAllocation") return;
+    Live l;
+    l.tid = static_cast<uint32_t>(e.Find("tid")->u64());
+    l.size = e.Find("size")->u64();
+    l.addr = e.Find("addr")->u64();
+    l.alloc_ts = e.Find("alloc_timestamp_ns")->u64();
+    for (uint64_t pc : e.Find("callchain")->stack()) l.stack.push_back(pc);
+    d.live.push_back(std::move(l));
+  });
+  return d;
+}
+
+uint64_t meta(const decode::Trace& t, const std::string& key) {
+  auto it = t.metadata.find(key);
+  EXPECT_NE(it, t.metadata.end()) << key;
+  return it == t.metadata.end() ? 0 : strtoull(it->second.c_str(), nullptr, 10);
+}
+
+std::vector<Site> parse_sites(const std::string& out) {
+  std::vector<Site> sites;
+  std::istringstream in(out);
+  std::string word;
+  while (in >> word) {
+    if (word != "site") continue;
+    Site s;
+    in >> s.name >> s.start >> s.end >> s.bytes >> s.count;
+    sites.push_back(s);
+  }
+  return sites;
+}
+
+std::string site_name(const std::vector<Site>& sites, const std::vector<uint64_t>& stack) {
+  // The site may be a frame or two above the leaf (vector growth, inlined helpers).
+  for (size_t i = 0; i < stack.size() && i < 4; ++i) {
+    for (const Site& s : sites) {
+      if (stack[i] > s.start && stack[i] <= s.end) return s.name;
+    }
+  }
+  return "other";
+}
+
+// Frees pair with allocations on addr + alloc_timestamp_ns, exactly as dial9's toolkit
+// pairs them: every FreeEvent has its AllocEvent, and allocs = frees + live.
+void expect_exact_pairing(const Decoded& d) {
+  const decode::Trace& t = d.trace;
+  std::map<std::pair<uint64_t, uint64_t>, const decode::AllocEvent*> allocs;
+  for (const auto& a : t.allocs) allocs[{a.addr, a.ts}] = &a;
+  std::set<std::pair<uint64_t, uint64_t>> freed;
+  for (const auto& f : t.frees) {
+    auto it = allocs.find({f.addr, f.alloc_ts});
+    ASSERT_NE(it, allocs.end()) << "free of 0x" << std::hex << f.addr << " has no alloc";
+    EXPECT_EQ(f.size, it->second->size);
+    EXPECT_GT(f.ts, f.alloc_ts);
+    EXPECT_TRUE(freed.insert({f.addr, f.alloc_ts}).second) << "freed twice";
+  }
+  for (const Live& l : d.live) {
+    auto it = allocs.find({l.addr, l.alloc_ts});
+    ASSERT_NE(it, allocs.end()) << "live allocation without an AllocEvent";
+    EXPECT_EQ(freed.count({l.addr, l.alloc_ts}), 0u) << "live and freed";
+    EXPECT_EQ(l.size, it->second->size);
+  }
+  EXPECT_EQ(t.allocs.size(), t.frees.size() + d.live.size());
+}
+
+class E2ELiveset : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = make_temp_dir("e2e-live"); }
+  void TearDown() override {
+    if (!HasFailure()) remove_tree(dir_);
+  }
+  Decoded single_segment() {
+    auto segs = find_segments(dir_);
+    EXPECT_EQ(segs.size(), 1u);
+    if (segs.empty()) return {};
+    return load(segs[0]);
+  }
+  std::string dir_;
+};
+
+// The acceptance test: 64 MiB leaked at one site, 2 GiB churned elsewhere. The live set at
+// exit puts 64 MiB ±10% on the leaking site and < 1% of that anywhere else. At 64 KiB
+// (not the default 512 KiB) the leak holds ~1000 samples, so ±10% is a >3 sigma band.
+TEST_F(E2ELiveset, LeakIsAttributedToItsSite) {
+  RunResult r = run({program("liveset_cases"), "leak"},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=64K", "D9_SEED=7"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<Site> sites = parse_sites(r.out);
+  ASSERT_EQ(sites.size(), 2u);
+  Decoded d = single_segment();
+  EXPECT_EQ(d.trace.metadata["memory.track_liveset"], "true");
+  EXPECT_EQ(d.trace.overflows.size(), 0u);
+  EXPECT_EQ(meta(d.trace, "memory.untracked_samples"), 0u);
+  expect_exact_pairing(d);
+
+  std::map<std::string, double> live_bytes;
+  for (const Live& l : d.live) {
+    live_bytes[site_name(sites, l.stack)] += sample_weight(l.size, 65536);
+  }
+  const double leaked = 64.0 * 1024 * 1024;
+  std::printf("live: leak %.1f MiB (%.3f of truth), churn %.3f MiB, other %.3f MiB\n",
+              live_bytes["leak"] / 1048576, live_bytes["leak"] / leaked,
+              live_bytes["churn"] / 1048576, live_bytes["other"] / 1048576);
+  EXPECT_NEAR(live_bytes["leak"] / leaked, 1.0, 0.10);
+  EXPECT_LT(live_bytes["churn"], 0.01 * leaked);
+  EXPECT_LT(live_bytes["other"], 0.01 * leaked);
+}
+
+// Address reuse, a failed realloc, an in-place realloc, and a free from another thread.
+TEST_F(E2ELiveset, EdgeCasesPairExactly) {
+  RunResult r = run({program("liveset_cases"), "cases"},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_RING_SLOTS=65536"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, uint64_t> v;
+  std::istringstream in(r.out);
+  std::string key;
+  while (in >> key) {
+    if (key == "tid") {
+      std::string who;
+      in >> who >> v["tid_" + who];
+    } else if (key == "failed_realloc") {
+      std::string outcome;
+      in >> outcome >> v["keep"];
+      EXPECT_EQ(outcome, "failed");
+    } else if (key == "inplace_realloc") {
+      in >> v["grow"] >> v["same"];
+    } else if (key == "handoff") {
+      in >> v["handoff"];
+    }
+  }
+  Decoded d = single_segment();
+  EXPECT_EQ(d.trace.overflows.size(), 0u);
+  expect_exact_pairing(d);
+
+  // Reuse: the 48-byte block comes back at an address seen before, and each free pairs
+  // with the allocation it belongs to (expect_exact_pairing checked the timestamps).
+  std::map<uint64_t, int> allocs_at;
+  for (const auto& a : d.trace.allocs) {
+    if (a.size == 48) ++allocs_at[a.addr];
+  }
+  int reused = 0;
+  for (const auto& [addr, n] : allocs_at) reused += n > 1;
+  EXPECT_GT(reused, 0) << "expected the allocator to hand a freed address out again";
+
+  auto frees_of = [&](uint64_t addr) {
+    std::vector<const decode::FreeEvent*> out;
+    for (const auto& f : d.trace.frees) {
+      if (f.addr == addr) out.push_back(&f);
+    }
+    return out;
+  };
+  // Failed realloc: one allocation, one free, no event for the failed attempt.
+  uint64_t keep_allocs = 0;
+  for (const auto& a : d.trace.allocs) keep_allocs += a.addr == v["keep"] && a.size == 1000;
+  EXPECT_EQ(keep_allocs, 1u);
+  bool freed_once = false;
+  for (const auto* f : frees_of(v["keep"])) freed_once |= f->size == 1000;
+  EXPECT_TRUE(freed_once);
+  // In-place realloc: same address, the old block freed and the new one allocated.
+  EXPECT_EQ(v["grow"], v["same"]);
+  std::set<uint64_t> sizes_freed;
+  for (const auto* f : frees_of(v["grow"])) sizes_freed.insert(f->size);
+  EXPECT_TRUE(sizes_freed.count(8192)) << "old block of the realloc not freed";
+  EXPECT_TRUE(sizes_freed.count(8000)) << "new block of the realloc not freed";
+  // Cross-thread free: allocated on main, freed on the other thread.
+  auto handoff = frees_of(v["handoff"]);
+  ASSERT_FALSE(handoff.empty());
+  const decode::FreeEvent* f = handoff.back();
+  EXPECT_EQ(f->size, 777u);
+  EXPECT_EQ(f->tid, v["tid_freer"]);
+  for (const auto& a : d.trace.allocs) {
+    if (a.addr == f->addr && a.ts == f->alloc_ts) {
+      EXPECT_EQ(a.tid, v["tid_main"]);
+    }
+  }
+}
+
+// A tiny ring under a two-thread burst: overflow events appear, and what was emitted plus
+// what was reported dropped equals what was taken, exactly, for allocations and frees.
+TEST_F(E2ELiveset, TinyRingsCountEveryDrop) {
+  RunResult r = run({program("liveset_cases"), "burst", "2", "200000"},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_RING_SLOTS=16"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Decoded d = single_segment();
+  const decode::Trace& t = d.trace;
+  uint64_t dropped_allocs = 0, dropped_frees = 0;
+  for (const auto& o : t.overflows) {
+    EXPECT_TRUE(o.dropped_allocs || o.dropped_frees) << "overflow events carry non-zero deltas";
+    dropped_allocs += o.dropped_allocs;
+    dropped_frees += o.dropped_frees;
+  }
+  EXPECT_GT(t.overflows.size(), 0u);
+  EXPECT_GT(dropped_allocs, 0u);
+  EXPECT_EQ(t.allocs.size() + dropped_allocs, meta(t, "memory.alloc_samples_taken"));
+  EXPECT_EQ(t.frees.size() + dropped_frees,
+            meta(t, "memory.frees_seen") + meta(t, "memory.untracked_samples"));
+  EXPECT_EQ(d.live.size(), meta(t, "memory.live_samples"));
+  expect_exact_pairing(d);
+}
+
+// The stress case of the issue, in CI size: 4 threads alloc/free at D9_SAMPLE_RATE=4096
+// with the default rings. Frees are either all delivered or their drops counted exactly.
+TEST_F(E2ELiveset, FourThreadStressAtDefaultRings) {
+  const char* n = getenv("D9_STRESS_N");  // scripts/stress.sh runs 10M per thread
+  RunResult r = run({program("liveset_cases"), "burst", "4", n ? n : "1000000"},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Decoded d = single_segment();
+  const decode::Trace& t = d.trace;
+  uint64_t dropped_allocs = 0, dropped_frees = 0;
+  for (const auto& o : t.overflows) {
+    dropped_allocs += o.dropped_allocs;
+    dropped_frees += o.dropped_frees;
+  }
+  std::printf("stress: %zu allocs, %zu frees, dropped %lu allocs %lu frees\n", t.allocs.size(),
+              t.frees.size(), static_cast<unsigned long>(dropped_allocs),
+              static_cast<unsigned long>(dropped_frees));
+  EXPECT_EQ(t.allocs.size() + dropped_allocs, meta(t, "memory.alloc_samples_taken"));
+  EXPECT_EQ(t.frees.size() + dropped_frees,
+            meta(t, "memory.frees_seen") + meta(t, "memory.untracked_samples"));
+  expect_exact_pairing(d);
+}
+
+// D9_LIVESET=0: no frees, no live set, and the metadata says so.
+TEST_F(E2ELiveset, OffMeansNoFrees) {
+  RunResult r = run({program("liveset_cases"), "cases"},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_LIVESET=0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Decoded d = single_segment();
+  EXPECT_EQ(d.trace.metadata["memory.track_liveset"], "false");
+  EXPECT_GT(d.trace.allocs.size(), 100u);
+  EXPECT_EQ(d.trace.frees.size(), 0u);
+  EXPECT_EQ(d.live.size(), 0u);
+}
+
+}  // namespace
+}  // namespace d9::test
