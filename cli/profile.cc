@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -64,11 +65,22 @@ bool parse_time(const std::string& s, TimeBound* out, std::string* error) {
   };
   if (s.empty()) return fail("empty");
   if (s[0] == '@') {
+    // Integer and fraction apart: a double cannot hold epoch nanoseconds exactly.
+    const char* p = s.c_str() + 1;
     char* end = nullptr;
-    double v = strtod(s.c_str() + 1, &end);
-    if (end == s.c_str() + 1 || *end || !std::isfinite(v)) return fail("expected @UNIX_SECONDS");
+    errno = 0;
+    long long secs = strtoll(p, &end, 10);
+    if (end == p || errno || secs < 0 || secs > 9'000'000'000LL) {
+      return fail("expected @UNIX_SECONDS");
+    }
+    int64_t frac = 0;
+    if (*end == '.') {
+      int64_t scale = 100'000'000;
+      for (++end; *end >= '0' && *end <= '9'; ++end, scale /= 10) frac += (*end - '0') * scale;
+    }
+    if (*end) return fail("expected @UNIX_SECONDS");
     out->kind = TimeBound::kWall;
-    out->wall_ns = static_cast<int64_t>(std::llround(v * 1e9));
+    out->wall_ns = secs * 1'000'000'000LL + frac;
     return true;
   }
   // Relative: a number with an optional unit.
@@ -102,6 +114,7 @@ bool parse_time(const std::string& s, TimeBound* out, std::string* error) {
   if (sscanf(s.c_str(), "%4d-%2d-%2d%*1[T ]%2d:%2d%n", &y, &mo, &d, &h, &mi, &n) != 5 || n == 0) {
     return fail("expected YYYY-MM-DDTHH:MM[:SS[.fff]][Z|+HH:MM]");
   }
+  if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59) return fail("no such date");
   const char* p = s.c_str() + n;
   double sec = 0;
   if (*p == ':') {
