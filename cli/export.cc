@@ -397,13 +397,15 @@ uint64_t export_jsonl(const std::vector<std::string>& files, const LoadOptions& 
   uint64_t readable = 0;
   std::string line;
   for (const std::string& path : files) {
-    decode::RawTrace raw = decode::ReadTraceFile(path);
+    RawSegment seg;
+    seg.open(path);
+    const std::span<const uint8_t> raw = seg.raw();
     // Pass 1: metadata, clock and symbols, which come at the start and the end of a file.
     std::map<std::string, std::string> meta;
     ProcessInfo proc;
     std::unordered_map<uint64_t, std::string> names;  // addr -> "inner < outer"
     std::unordered_map<uint64_t, std::vector<std::pair<uint64_t, std::string>>> by_depth;
-    decode::ForEachEvent(raw.bytes, [&](const decode::Event& e) {
+    decode::ForEachEvent(raw, [&](const decode::Event& e) {
       if (e.name() == fmt::kSegmentMetadataEvent) {
         if (const decode::Value* v = e.Find("entries")) {
           for (auto [k, val] : v->string_map()) meta[std::string(k)] = std::string(val);
@@ -452,7 +454,7 @@ uint64_t export_jsonl(const std::vector<std::string>& files, const LoadOptions& 
     // Pass 2: every event, in order.
     const std::string prefix =
         "{\"file\":\"" + json_escape(path) + "\",\"process\":\"" + json_escape(key) + "\"";
-    decode::DecodeResult r = decode::ForEachEvent(raw.bytes, [&](const decode::Event& e) {
+    decode::DecodeResult r = decode::ForEachEvent(raw, [&](const decode::Event& e) {
       const bool timed = e.schema->has_timestamp && e.name() != fmt::kSymbolTableEntry;
       if (timed && filter.has_time()) {
         auto t = static_cast<int64_t>(e.timestamp);
@@ -500,16 +502,8 @@ uint64_t export_jsonl(const std::vector<std::string>& files, const LoadOptions& 
       fwrite(line.data(), 1, line.size(), out);
     });
     if (r.events > 0) ++readable;
-    std::string err = raw.error;
-    if (!r.ok() && r.status != decode::DecodeStatus::kEmpty) {
-      if (!err.empty()) err += "; ";
-      err += r.error;
-    }
-    if (!err.empty()) {
-      if (err.compare(0, path.size() + 2, path + ": ") == 0) err = err.substr(path.size() + 2);
-      fprintf(stderr, "d9: %s: %s; %s\n", path.c_str(), err.c_str(),
-              r.events ? ("kept the " + std::to_string(r.events) + " events before it").c_str()
-                       : "nothing readable");
+    if (!seg.error().empty() || !r.ok()) {
+      fprintf(stderr, "d9: %s\n", describe_error(path, seg.container(), seg.error(), r).c_str());
     }
   }
   return readable;

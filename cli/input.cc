@@ -1,10 +1,13 @@
 #include "cli/input.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -43,84 +46,6 @@ double now_seconds() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-
-// TraceBuilder plus d9's own untimestamped Libd9LiveAllocation records.
-class SegmentVisitor : public decode::Visitor {
- public:
-  explicit SegmentVisitor(Segment* seg) : seg_(seg), builder_(&seg->trace) {}
-
-  void OnStreamHeader(uint64_t offset) override {
-    builder_.OnStreamHeader(offset);
-    stack_memo_.clear();
-  }
-  void OnTimestampReset(uint64_t offset, uint64_t ts) override {
-    builder_.OnTimestampReset(offset, ts);
-  }
-  void OnSchema(const decode::Schema& schema) override {
-    builder_.OnSchema(schema);
-    if (schema.name != kLiveAllocationEvent) return;
-    if (live_fields_.size() <= schema.serial) live_fields_.resize(schema.serial + 1);
-    LiveFields& f = live_fields_[schema.serial];
-    f.known = true;
-    f.tid = schema.FieldIndex("tid");
-    f.size = schema.FieldIndex("size");
-    f.addr = schema.FieldIndex("addr");
-    f.alloc_ts = schema.FieldIndex("alloc_timestamp_ns");
-    f.callchain = schema.FieldIndex("callchain");
-  }
-  bool OnEvent(const decode::Event& e) override {
-    builder_.OnEvent(e);
-    if (e.schema->serial < live_fields_.size() && live_fields_[e.schema->serial].known) {
-      const LiveFields& f = live_fields_[e.schema->serial];
-      auto u = [&](int i) { return i < 0 ? 0 : e.values[static_cast<size_t>(i)].AsU64(); };
-      LiveRecord r;
-      r.tid = static_cast<uint32_t>(u(f.tid));
-      r.size = u(f.size);
-      r.addr = u(f.addr);
-      r.alloc_ts = u(f.alloc_ts);
-      if (f.callchain >= 0) r.stack = stack(e.values[static_cast<size_t>(f.callchain)]);
-      seg_->live.push_back(r);
-      seg_->has_live_snapshot = true;
-    }
-    return true;
-  }
-  void Finish(const decode::DecodeResult& r) { builder_.Finish(r); }
-
- private:
-  struct LiveFields {
-    bool known = false;
-    int tid = -1, size = -1, addr = -1, alloc_ts = -1, callchain = -1;
-  };
-  decode::StackId stack(const decode::Value& v) {
-    if (v.kind != decode::ValueKind::kStack) return decode::kUnresolvedStack;
-    if (v.pool_entry == decode::kNoPoolEntry) return seg_->trace.stacks.Intern(v.stack());
-    if (stack_memo_.size() <= v.pool_entry) {
-      stack_memo_.resize(size_t{v.pool_entry} + 1, decode::kUnresolvedStack);
-    }
-    decode::StackId& m = stack_memo_[v.pool_entry];
-    if (m == decode::kUnresolvedStack) m = seg_->trace.stacks.Intern(v.stack());
-    return m;
-  }
-
-  Segment* seg_;
-  decode::TraceBuilder builder_;
-  std::vector<LiveFields> live_fields_;  // by schema serial
-  std::vector<decode::StackId> stack_memo_;
-};
-
-void decode_into(std::span<const uint8_t> raw, Segment* seg) {
-  decode::Trace& t = seg->trace;
-  t.raw_bytes = raw.size();
-  try {
-    SegmentVisitor visitor(seg);
-    decode::Decoder decoder;
-    decode::DecodeResult r = decoder.Decode(raw, visitor);
-    visitor.Finish(r);
-  } catch (const std::bad_alloc&) {
-    if (!t.error.empty()) t.error += "; ";
-    t.error += "out of memory while decoding";
-  }
 }
 
 }  // namespace
@@ -177,57 +102,129 @@ std::vector<std::string> collect_inputs(const std::vector<std::string>& paths,
   return unique;
 }
 
-std::string describe_error(const std::string& path, const decode::Trace& t) {
-  std::string what = t.error;
-  // ReadTraceFile prefixes decompression errors with the path already.
+std::string describe_error(const std::string& path, decode::Container container,
+                           const std::string& read_error, const decode::DecodeResult& r) {
+  std::string what = read_error;
+  // ReadTraceFile-style errors may carry the path already.
   if (what.compare(0, path.size() + 2, path + ": ") == 0) what = what.substr(path.size() + 2);
-  std::string msg = path + ": " + what;
-  if (t.container == decode::Container::kGzip || t.container == decode::Container::kZstd) {
-    if (!t.decode.ok() && t.decode.status != decode::DecodeStatus::kEmpty) {
-      msg += " (offset in the decompressed stream)";
+  if (!r.ok() && !(r.status == decode::DecodeStatus::kEmpty && !what.empty())) {
+    if (!what.empty()) what += "; then ";
+    what += r.error;
+    if (container == decode::Container::kGzip || container == decode::Container::kZstd) {
+      what += " of the decompressed stream";
     }
   }
-  if (t.decoded_anything()) {
-    msg += "; kept the " + std::to_string(t.decode.events) + " events before it";
+  std::string msg = path + ": " + what;
+  if (r.events > 0) {
+    msg += "; kept the " + std::to_string(r.events) + " events before it";
   } else {
     msg += "; nothing readable";
   }
   return msg;
 }
 
-Segment decode_segment(const std::string& path, std::vector<uint8_t> data) {
-  Segment seg;
-  seg.path = path;
-  seg.file_bytes = data.size();
-  decode::Trace& t = seg.trace;
-  t.container = decode::DetectContainer(data);
-  if (t.container == decode::Container::kRaw) {
-    decode_into(data, &seg);
-  } else {
-    decode::RawTrace raw = decode::Decompress(data, {});
-    data.clear();
-    data.shrink_to_fit();
-    t.error = raw.error;
-    if (!raw.bytes.empty() || raw.ok()) decode_into(raw.bytes, &seg);
-  }
-  if (!t.ok()) seg.error = describe_error(path, t);
-  return seg;
+RawSegment::~RawSegment() {
+  unmap();
 }
 
-Segment read_segment(const std::string& path) {
-  Segment seg;
-  seg.path = path;
+namespace {
+
+std::string unknown_format(std::span<const uint8_t> data) {
+  if (data.empty()) return "empty file";
+  std::string s = "not a dial9 segment: the first bytes at offset 0 (";
+  for (size_t i = 0; i < std::min<size_t>(data.size(), 4); ++i) {
+    char b[8];
+    snprintf(b, sizeof(b), i ? " %02x" : "%02x", data[i]);
+    s += b;
+  }
+  return s + ") are neither zstd, gzip nor TRC\\0";
+}
+
+}  // namespace
+
+void RawSegment::unmap() {
+  if (map_) munmap(map_, map_size_);
+  map_ = nullptr;
+  map_size_ = 0;
+}
+
+void RawSegment::decompress(std::span<const uint8_t> data, size_t max_raw) {
+  decode::RawTrace r = decode::Decompress(data, {.max_output_bytes = max_raw});
+  owned_ = std::move(r.bytes);
+  raw_ = owned_;
+  if (!r.ok()) error_ = r.error;
+}
+
+void RawSegment::assign(const std::string& /*path*/, std::span<const uint8_t> data) {
+  unmap();
+  error_.clear();
+  file_bytes_ = data.size();
+  container_ = decode::DetectContainer(data);
+  if (container_ == decode::Container::kRaw) {
+    owned_.assign(data.begin(), data.end());
+    raw_ = owned_;
+  } else if (container_ == decode::Container::kUnknown) {
+    error_ = unknown_format(data);
+  } else {
+    decompress(data, decode::kDefaultMaxDecompressedBytes);
+  }
+}
+
+bool RawSegment::open(const std::string& path, size_t max_raw) {
+  unmap();
+  owned_.clear();
+  raw_ = {};
+  error_.clear();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    error_ = std::string("cannot open: ") + strerror(errno);
+    return false;
+  }
   struct stat st;
-  if (stat(path.c_str(), &st) == 0) seg.file_bytes = static_cast<uint64_t>(st.st_size);
-  decode::Trace& t = seg.trace;
-  {
-    decode::RawTrace raw = decode::ReadTraceFile(path);
-    t.container = raw.container;
-    t.error = raw.error;
-    if (!raw.bytes.empty() || raw.ok()) decode_into(raw.bytes, &seg);
-  }  // the raw bytes go here: the Trace owns copies of everything it keeps
-  if (!t.ok()) seg.error = describe_error(path, t);
-  return seg;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    error_ = "not a regular file";
+    close(fd);
+    return false;
+  }
+  file_bytes_ = static_cast<uint64_t>(st.st_size);
+  std::span<const uint8_t> data;
+  if (st.st_size > 0) {
+    void* m = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m != MAP_FAILED) {
+      map_ = m;
+      map_size_ = static_cast<size_t>(st.st_size);
+      madvise(map_, map_size_, MADV_SEQUENTIAL);
+      data = {static_cast<const uint8_t*>(map_), map_size_};
+    } else {
+      // Not mappable (a pipe, a special file system): read it.
+      owned_.resize(static_cast<size_t>(st.st_size));
+      size_t got = 0;
+      while (got < owned_.size()) {
+        ssize_t n = read(fd, owned_.data() + got, owned_.size() - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+      }
+      owned_.resize(got);
+      data = owned_;
+    }
+  }
+  close(fd);
+  container_ = decode::DetectContainer(data);
+  if (container_ == decode::Container::kRaw) {
+    raw_ = data;
+    return true;
+  }
+  if (container_ == decode::Container::kUnknown) {
+    error_ = unknown_format(data);
+    unmap();
+    return false;
+  }
+  std::vector<uint8_t> compressed;
+  if (!map_) compressed = std::move(owned_);
+  decompress(map_ ? data : std::span<const uint8_t>(compressed), max_raw);
+  unmap();
+  return !raw_.empty() || error_.empty();
 }
 
 uint64_t total_file_bytes(const std::vector<std::string>& files) {

@@ -1,13 +1,14 @@
 // Input for the `d9` subcommands: finding segment files, decoding one at a time, and a
 // progress line.
 //
-// Segments are read strictly one file at a time: a file is decompressed, decoded into a
-// decode::Trace (plus d9's own Libd9LiveAllocation records), folded into the running
-// totals by the caller, then dropped. Memory therefore grows with the number of distinct
+// Segments are read strictly one file at a time: a raw file is mapped, a compressed one
+// decompressed, and the caller folds its events into running totals as the decoder visits
+// them; then the bytes are dropped. Memory therefore grows with the number of distinct
 // stacks, symbols and live allocations, never with the number of files or events.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,39 +27,46 @@ std::vector<std::string> collect_inputs(const std::vector<std::string>& paths,
 // Sort key used by collect_inputs: directory, then segment number, then name.
 bool segment_order(const std::string& a, const std::string& b);
 
-// A Libd9LiveAllocation record: one sampled allocation still live when its segment was
-// sealed (untimestamped, written by libd9 at seal). Stack ids index the segment's Trace.
-struct LiveRecord {
-  uint32_t tid = 0;
-  uint64_t size = 0;
-  uint64_t addr = 0;
-  uint64_t alloc_ts = 0;
-  decode::StackId stack = decode::kUnresolvedStack;
-};
-
 inline constexpr char kLiveAllocationEvent[] = "Libd9LiveAllocation";
 
-// One decoded segment.
-struct Segment {
-  std::string path;
-  uint64_t file_bytes = 0;  // size on disk
-  decode::Trace trace;
-  std::vector<LiveRecord> live;  // Libd9LiveAllocation records, in file order
-  bool has_live_snapshot = false;
-  // Empty when the file was clean; otherwise one line naming the file and the byte offset.
-  std::string error;
-  bool readable() const { return trace.decoded_anything(); }
+// The raw dial9 bytes of one segment file: the file mapped into memory when it is raw, or
+// its decompressed contents. Only one of these is alive at a time while d9 reads inputs.
+class RawSegment {
+ public:
+  RawSegment() = default;
+  ~RawSegment();
+  RawSegment(const RawSegment&) = delete;
+  RawSegment& operator=(const RawSegment&) = delete;
+
+  // Reads `path`, decompressing at most `max_raw` bytes; false only when nothing could be
+  // read at all (see error()).
+  bool open(const std::string& path, size_t max_raw = decode::kDefaultMaxDecompressedBytes);
+  // Takes the bytes of a file as given (any container), as if read from `path`. For tests.
+  void assign(const std::string& path, std::span<const uint8_t> data);
+
+  std::span<const uint8_t> raw() const { return raw_; }
+  decode::Container container() const { return container_; }
+  uint64_t file_bytes() const { return file_bytes_; }
+  // I/O or decompression error ("" when none); whatever was recovered is still in raw().
+  const std::string& error() const { return error_; }
+
+ private:
+  void unmap();
+  void decompress(std::span<const uint8_t> data, size_t max_raw);
+
+  std::span<const uint8_t> raw_;
+  std::vector<uint8_t> owned_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  decode::Container container_ = decode::Container::kUnknown;
+  uint64_t file_bytes_ = 0;
+  std::string error_;
 };
 
-// Reads, decompresses and decodes `path`. Never throws for bad input: on corruption the
-// events before the bad frame are kept and `error` says where it went wrong.
-Segment read_segment(const std::string& path);
-
-// Decodes `raw` (any container) as if it had been read from `path`. For tests.
-Segment decode_segment(const std::string& path, std::vector<uint8_t> data);
-
-// "d9: <path>: <what> at offset N ..." style message for a decode or decompression error.
-std::string describe_error(const std::string& path, const decode::Trace& trace);
+// One line for a damaged file: "<path>: <what went wrong, with the byte offset>; kept the N
+// events before it" (or "; nothing readable").
+std::string describe_error(const std::string& path, decode::Container container,
+                           const std::string& read_error, const decode::DecodeResult& result);
 
 // A one-line progress indicator on stderr, shown only when stderr is a terminal and the
 // work has already taken more than a second; redrawn at most ten times a second.

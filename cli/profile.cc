@@ -18,11 +18,6 @@ namespace {
 constexpr uint64_t kDefaultRate = 524288;  // dial9's default when the metadata has none
 constexpr double kDefaultCpuHz = 99;       // D9_CPU_HZ's default
 
-const std::string* find_meta(const decode::Trace& t, const char* key) {
-  auto it = t.metadata.find(key);
-  return it == t.metadata.end() ? nullptr : &it->second;
-}
-
 bool parse_u64(const std::string& s, uint64_t* out) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -201,12 +196,13 @@ void Profile::find_origin(const std::vector<std::string>& files) {
   int64_t wall = INT64_MAX;
   uint64_t mono = UINT64_MAX;
   for (const std::string& f : files) {
-    decode::RawTrace raw = decode::ReadTraceFile(f, {.max_output_bytes = size_t{1} << 20});
+    RawSegment seg;
+    seg.open(f, size_t{1} << 20);
     uint64_t first = UINT64_MAX;
     int64_t offset = 0;
     bool clock = false;
     int n = 0;
-    decode::ForEachEvent(raw.bytes, [&](const decode::Event& e) {
+    decode::ForEachEvent(seg.raw(), [&](const decode::Event& e) {
       if (e.timestamp != 0 && e.name() != fmt::kSymbolTableEntry) {
         first = std::min(first, e.timestamp);
       }
@@ -228,50 +224,46 @@ void Profile::find_origin(const std::vector<std::string>& files) {
 bool Profile::load(const std::vector<std::string>& inputs) {
   if (options_.filter.has_relative_time() && !origin_set_) find_origin(inputs);
   Progress progress(inputs.size(), total_file_bytes(inputs), options_.progress);
-  uint64_t done = 0, done_bytes = 0;
+  uint64_t done = 0;
   for (const std::string& f : inputs) {
-    Segment seg = read_segment(f);
-    if (!seg.error.empty() && !options_.quiet) {
+    std::string error = add_file(f);
+    if (!error.empty() && !options_.quiet) {
       progress.clear();
-      fprintf(stderr, "d9: %s\n", seg.error.c_str());
+      fprintf(stderr, "d9: %s\n", error.c_str());
     }
-    add(seg);
-    done_bytes += seg.file_bytes;
-    progress.update(++done, done_bytes);
+    progress.update(++done, file_bytes + damaged_bytes_);
   }
   progress.clear();
   finish();
   return files > unreadable;
 }
 
-uint32_t Profile::process_index(const Segment& seg, bool* excluded) {
-  const decode::Trace& t = seg.trace;
-  const std::string* boot = find_meta(t, "boot_id");
-  std::string key = boot && !boot->empty() ? *boot : seg.path;
-  std::string pid;
-  if (const std::string* p = find_meta(t, "process.pid")) pid = *p;
-  if (pid.empty() && boot) pid = pid_of_boot_id(*boot);
+bool Profile::process_index(const std::string& path, const std::string& boot_id,
+                            const std::string& pid_meta, uint32_t* index) {
+  std::string key = boot_id.empty() ? path : boot_id;
+  std::string pid = pid_meta.empty() ? pid_of_boot_id(boot_id) : pid_meta;
   const Filter& f = options_.filter;
-  *excluded = false;
   if (!f.processes.empty() &&
       std::find(f.processes.begin(), f.processes.end(), key) == f.processes.end()) {
-    *excluded = true;
+    return false;
   }
   if (!f.pids.empty() && std::find(f.pids.begin(), f.pids.end(), pid) == f.pids.end()) {
-    *excluded = true;
+    return false;
   }
-  if (*excluded) return 0;
   auto it = process_by_key_.find(key);
-  if (it != process_by_key_.end()) return it->second;
-  uint32_t idx = static_cast<uint32_t>(processes.size());
-  process_by_key_.emplace(key, idx);
+  if (it != process_by_key_.end()) {
+    *index = it->second;
+    return true;
+  }
+  *index = static_cast<uint32_t>(processes.size());
+  process_by_key_.emplace(key, *index);
   ProcessInfo p;
   p.key = key;
-  if (boot) p.boot_id = *boot;
+  p.boot_id = boot_id;
   p.pid = pid;
   processes.push_back(std::move(p));
   live_state_.emplace_back();
-  return idx;
+  return true;
 }
 
 uint32_t Profile::thread_index(uint32_t process, uint32_t tid) {
@@ -294,7 +286,7 @@ uint32_t Profile::intern_frame(uint32_t process, uint64_t addr) {
   return it->second;
 }
 
-uint32_t Profile::intern_stack(uint32_t process, std::span<const uint64_t> pcs) {
+uint32_t Profile::intern_stack(uint32_t process, decode::U64ArrayView pcs) {
   stack_key_.clear();
   // An empty stack is still per process, so it can carry the process in reports.
   stack_key_.append(reinterpret_cast<const char*>(&process), sizeof(process));
@@ -339,140 +331,375 @@ bool Profile::keep_tid(uint32_t tid) const {
   return tids.empty() || std::find(tids.begin(), tids.end(), tid) != tids.end();
 }
 
-void Profile::add(const Segment& seg) {
-  const decode::Trace& t = seg.trace;
-  ++files;
-  if (!seg.error.empty()) ++damaged;
-  if (!seg.readable()) {
-    ++unreadable;
-    return;
-  }
-  bool excluded = false;
-  const uint32_t pi = process_index(seg, &excluded);
-  if (excluded) {
-    ++skipped;
-    return;
-  }
-  raw_bytes += t.raw_bytes;
-  file_bytes += seg.file_bytes;
-  ProcessInfo& p = processes[pi];
-  ++p.segments;
-  p.raw_bytes += t.raw_bytes;
+// Folds one file's events into the Profile as the decoder visits them. The process is
+// resolved on the first event that needs it, by then the metadata (second event of every
+// segment) has been seen.
+class Profile::Folder : public decode::Visitor {
+ public:
+  Folder(Profile& p, const std::string& path) : p_(p), path_(path) {}
 
-  uint64_t rate = kDefaultRate;
-  if (const std::string* v = find_meta(t, "memory.sample_rate_bytes")) {
-    uint64_t r;
-    if (parse_u64(*v, &r) && r > 0) rate = r;
+  void OnSchema(const decode::Schema& schema) override {
+    if (bind_.size() <= schema.serial) bind_.resize(size_t{schema.serial} + 1);
+    Binding& b = bind_[schema.serial];
+    auto bind = [&](Kind kind, std::initializer_list<const char*> fields) {
+      b.kind = kind;
+      int i = 0;
+      for (const char* f : fields) b.f[i++] = static_cast<int8_t>(schema.FieldIndex(f));
+    };
+    const std::string_view n = schema.name;
+    if (n == fmt::kAllocEvent) {
+      bind(kAlloc, {"tid", "size", "addr", "callchain"});
+    } else if (n == fmt::kFreeEvent) {
+      bind(kFree, {"tid", "addr", "size", "alloc_timestamp_ns"});
+    } else if (n == fmt::kCpuSampleEvent) {
+      bind(kCpu, {"tid", "source", "thread_name", "callchain"});
+    } else if (n == fmt::kMemoryProfileOverflowEvent) {
+      bind(kOverflow, {"dropped_allocs", "dropped_frees"});
+    } else if (n == fmt::kClockSyncEvent) {
+      bind(kClock, {"realtime_ns"});
+    } else if (n == fmt::kSegmentMetadataEvent) {
+      bind(kMeta, {"entries"});
+    } else if (n == fmt::kSymbolTableEntry) {
+      bind(kSymbol, {"addr", "symbol_name", "inline_depth", "source_file", "source_line"});
+    } else if (n == kLiveAllocationEvent) {
+      bind(kLive, {"tid", "size", "addr", "alloc_timestamp_ns", "callchain"});
+    }
   }
-  if (p.segments > 1 && rate != p.rate) p.mixed_rates = true;
-  p.rate = rate;
-  if (const std::string* v = find_meta(t, "memory.track_liveset")) p.liveset = *v;
-  double hz = p.cpu_hz > 0 ? p.cpu_hz : kDefaultCpuHz;
-  if (const std::string* v = find_meta(t, "cpu.profile.frequency_hz")) {
-    double h = strtod(v->c_str(), nullptr);
-    if (h > 0) hz = p.cpu_hz = h;
-  }
-  if (const std::string* v = find_meta(t, "service")) p.service = *v;
-  if (const std::string* v = find_meta(t, "process.pid"); v && !v->empty()) p.pid = *v;
 
-  for (const decode::ClockSync& c : t.clock_syncs) {
-    if (!p.has_clock && c.realtime_ns > 0) {
+  bool OnEvent(const decode::Event& e) override {
+    const Binding& b = bind_[e.schema->serial];
+    switch (b.kind) {
+      case kOther:
+        return true;
+      case kMeta:
+        metadata(e, b);
+        return true;
+      case kClock:
+        clock(e.timestamp, u(e, b.f[0]));
+        return true;
+      default:
+        break;
+    }
+    if (!proc_ && !resolve()) return false;  // left out by --pid/--process: stop reading
+    ProcessInfo& p = p_.processes[pi_];
+    const uint64_t ts = e.timestamp;
+    switch (b.kind) {
+      case kAlloc: {
+        seen(ts);
+        const uint32_t tid = static_cast<uint32_t>(u(e, b.f[0]));
+        if (!keep(tid, ts)) return true;
+        const uint64_t size = u(e, b.f[1]);
+        const uint32_t s = stack(e, b.f[3]);
+        ++p.alloc_samples;
+        ++p_.threads[thread(tid)].alloc_samples;
+        const Weight& w = weight(size);
+        MemStat& m = p_.alloc_[s];
+        ++m.samples;
+        m.raw_bytes += size;
+        m.bytes += w.w;
+        m.variance += w.var;
+        m.objects += w.inv_p;
+        if (track_) p_.live_state_[pi_].insert(u(e, b.f[2]), ts, {s, tid, size, rate_});
+        return true;
+      }
+      case kFree:
+        seen(ts);
+        ++p.free_events;
+        if (track_) p_.live_state_[pi_].erase(u(e, b.f[1]), u(e, b.f[3]));
+        return true;
+      case kLive: {
+        if (!p_.options_.track_live) return true;
+        if (!snapshot_) {
+          // The snapshot is the live set at seal; it supersedes what pairing found so far.
+          snapshot_ = true;
+          p.live_snapshot = true;
+          p_.live_state_[pi_].clear();
+        }
+        const uint32_t tid = static_cast<uint32_t>(u(e, b.f[0]));
+        const uint64_t alloc_ts = u(e, b.f[3]);
+        if (!keep(tid, alloc_ts)) return true;
+        p_.live_state_[pi_].insert(u(e, b.f[2]), alloc_ts,
+                                   {stack(e, b.f[4]), tid, u(e, b.f[1]), rate_});
+        return true;
+      }
+      case kCpu: {
+        seen(ts);
+        const uint32_t tid = static_cast<uint32_t>(u(e, b.f[0]));
+        if (!keep(tid, ts)) return true;
+        const uint32_t ti = thread(tid);
+        if (b.f[2] >= 0) {
+          const decode::Value& name = e.values[static_cast<size_t>(b.f[2])];
+          if (name.kind == decode::ValueKind::kString && !name.str().empty()) {
+            p_.threads[ti].name.assign(name.str());
+          }
+        }
+        if (u(e, b.f[1]) != 0) {
+          ++p.offcpu_samples;
+          return true;
+        }
+        ++p.cpu_samples;
+        ++p_.threads[ti].cpu_samples;
+        const uint32_t s = stack(e, b.f[3]);
+        CpuStat& st = p_.cpu_[s];
+        ++st.samples;
+        st.ns += ns_per_sample_;
+        CpuStat& bt = p_.cpu_by_thread_[(uint64_t{ti} << 32) | s];
+        ++bt.samples;
+        bt.ns += ns_per_sample_;
+        return true;
+      }
+      case kOverflow:
+        seen(ts);
+        p.dropped_allocs += u(e, b.f[0]);
+        p.dropped_frees += u(e, b.f[1]);
+        return true;
+      case kSymbol: {
+        const uint64_t depth = u(e, b.f[2]);
+        if (depth > 255) return true;
+        std::vector<Symbol>& v = p_.symbols_[AddrKey{pi_, u(e, b.f[0])}];
+        if (v.size() <= depth) v.resize(depth + 1);
+        Symbol& sym = v[depth];
+        sym.name.assign(str(e, b.f[1]));
+        sym.file.assign(str(e, b.f[3]));
+        sym.line = u(e, b.f[4]);
+        ++p.symbols;
+        return true;
+      }
+      default:
+        return true;
+    }
+  }
+
+  // End of the file: a file with metadata but no samples still counts for its process.
+  void finish(bool readable) {
+    if (!proc_ && readable && !excluded_) resolve();
+    if (!proc_) return;
+    ProcessInfo& p = p_.processes[pi_];
+    ++p.segments;
+    if (first_ <= last_) {
+      p.first_ts = std::min(p.first_ts, first_);
+      p.last_ts = std::max(p.last_ts, last_);
+    }
+  }
+  bool excluded() const { return excluded_; }
+  bool resolved() const { return proc_; }
+  uint32_t process() const { return pi_; }
+
+ private:
+  enum Kind : uint8_t { kOther, kAlloc, kFree, kCpu, kOverflow, kClock, kMeta, kSymbol, kLive };
+  struct Binding {
+    Kind kind = kOther;
+    int8_t f[5] = {-1, -1, -1, -1, -1};
+  };
+  struct Weight {
+    uint64_t size = ~uint64_t{0};
+    double w = 0, var = 0, inv_p = 0;
+  };
+
+  static uint64_t u(const decode::Event& e, int idx) {
+    return idx < 0 ? 0 : e.values[static_cast<size_t>(idx)].AsU64();
+  }
+  static std::string_view str(const decode::Event& e, int idx) {
+    if (idx < 0) return {};
+    const decode::Value& v = e.values[static_cast<size_t>(idx)];
+    return v.kind == decode::ValueKind::kString ? v.str() : std::string_view();
+  }
+
+  void metadata(const decode::Event& e, const Binding& b) {
+    if (b.f[0] < 0) return;
+    for (auto [key, value] : e.values[static_cast<size_t>(b.f[0])].string_map()) {
+      if (key == "boot_id") {
+        boot_id_.assign(value);
+      } else if (key == "process.pid") {
+        pid_.assign(value);
+      } else if (key == "service") {
+        service_.assign(value);
+      } else if (key == "memory.sample_rate_bytes") {
+        uint64_t r;
+        if (parse_u64(std::string(value), &r) && r > 0) set_rate(r);
+      } else if (key == "memory.track_liveset") {
+        liveset_.assign(value);
+      } else if (key == "cpu.profile.frequency_hz") {
+        double h = strtod(std::string(value).c_str(), nullptr);
+        if (h > 0) hz_ = h;
+      }
+    }
+    if (proc_) apply_metadata();
+  }
+
+  void apply_metadata() {
+    ProcessInfo& p = p_.processes[pi_];
+    if (!service_.empty()) p.service = service_;
+    if (!pid_.empty()) p.pid = pid_;
+    if (!liveset_.empty()) p.liveset = liveset_;
+    if (hz_ > 0) p.cpu_hz = hz_;
+    if (rate_seen_) {
+      if (p.segments > 0 && rate_ != p.rate) p.mixed_rates = true;
+      p.rate = rate_;
+    }
+    const double hz = p.cpu_hz > 0 ? p.cpu_hz : kDefaultCpuHz;
+    ns_per_sample_ = 1e9 / hz;
+    track_ = p_.options_.track_live && !p.liveset_off();
+  }
+
+  void set_rate(uint64_t r) {
+    rate_seen_ = true;
+    if (r == rate_) return;
+    rate_ = r;
+    for (Weight& w : weights_) w.size = ~uint64_t{0};
+  }
+
+  void clock(uint64_t ts, uint64_t realtime) {
+    seen(ts);
+    if (realtime == 0 || has_clock_) return;
+    has_clock_ = true;
+    offset_ = static_cast<int64_t>(realtime) - static_cast<int64_t>(ts);
+    if (proc_) apply_clock();
+  }
+
+  void apply_clock() {
+    ProcessInfo& p = p_.processes[pi_];
+    if (has_clock_ && !p.has_clock) {
       p.has_clock = true;
-      p.clock_offset = static_cast<int64_t>(c.realtime_ns) - static_cast<int64_t>(c.ts);
+      p.clock_offset = offset_;
+    }
+    if (p_.options_.filter.has_time()) {
+      p_.resolve_window(p, &lo_, &hi_);
+      if (!p.has_clock && !p_.warned_no_clock_ &&
+          (p_.options_.filter.from.kind == TimeBound::kWall ||
+           p_.options_.filter.to.kind == TimeBound::kWall)) {
+        p_.warned_no_clock_ = true;
+        fprintf(stderr, "d9: %s: no ClockSyncEvent, so wall-clock --from/--to cannot apply\n",
+                path_.c_str());
+      }
     }
   }
-  if (options_.filter.from.kind == TimeBound::kWall ||
-      options_.filter.to.kind == TimeBound::kWall) {
-    if (!p.has_clock && !warned_no_clock_) {
-      warned_no_clock_ = true;
-      fprintf(stderr, "d9: %s: no ClockSyncEvent, so wall-clock --from/--to cannot apply\n",
-              seg.path.c_str());
+
+  bool resolve() {
+    if (excluded_) return false;
+    uint32_t idx;
+    if (!p_.process_index(path_, boot_id_, pid_, &idx)) {
+      excluded_ = true;
+      return false;
     }
+    proc_ = true;
+    pi_ = idx;
+    apply_metadata();
+    apply_clock();
+    return true;
   }
-  int64_t lo, hi;
-  resolve_window(p, &lo, &hi);
-  auto keep = [&](uint32_t tid, uint64_t ts) {
-    const auto t = static_cast<int64_t>(ts);
-    return t >= lo && t < hi && keep_tid(tid);
-  };
-  auto seen = [&](uint64_t ts) {
+
+  void seen(uint64_t ts) {
     if (ts == 0) return;
-    p.first_ts = std::min(p.first_ts, ts);
-    p.last_ts = std::max(p.last_ts, ts);
-  };
-  for (const decode::ClockSync& c : t.clock_syncs) seen(c.ts);
-  for (const decode::Overflow& o : t.overflows) {
-    seen(o.ts);
-    p.dropped_allocs += o.dropped_allocs;
-    p.dropped_frees += o.dropped_frees;
+    first_ = std::min(first_, ts);
+    last_ = std::max(last_, ts);
   }
 
-  for (const decode::SymbolTableEntry& s : t.symbols) {
-    std::vector<Symbol>& v = symbols_[AddrKey{pi, s.addr}];
-    if (s.inline_depth > 255) continue;
-    if (v.size() <= s.inline_depth) v.resize(s.inline_depth + 1);
-    Symbol& sym = v[s.inline_depth];
-    sym.name.assign(s.name);
-    sym.file.assign(s.file);
-    sym.line = s.line;
-    ++p.symbols;
+  bool keep(uint32_t tid, uint64_t ts) const {
+    const auto t = static_cast<int64_t>(ts);
+    return t >= lo_ && t < hi_ && (!filter_tids_ || p_.keep_tid(tid));
   }
 
-  // Segment stack id -> profile stack id, filled on first use.
-  std::vector<uint32_t> memo(t.stacks.size() + 1, UINT32_MAX);
-  auto stack_of = [&](decode::StackId id) -> uint32_t {
-    size_t slot = id < t.stacks.size() ? id : t.stacks.size();  // last slot: no stack
-    uint32_t& m = memo[slot];
-    if (m == UINT32_MAX) m = intern_stack(pi, t.stack(id));
+  uint32_t thread(uint32_t tid) {
+    if (tid != last_tid_) {
+      last_tid_ = tid;
+      last_thread_ = p_.thread_index(pi_, tid);
+    }
+    return last_thread_;
+  }
+
+  uint32_t stack(const decode::Event& e, int idx) {
+    if (idx < 0) return empty_stack();
+    const decode::Value& v = e.values[static_cast<size_t>(idx)];
+    if (v.kind != decode::ValueKind::kStack) return empty_stack();
+    if (v.pool_entry == decode::kNoPoolEntry) return p_.intern_stack(pi_, v.stack());
+    if (memo_.size() <= v.pool_entry) memo_.resize(size_t{v.pool_entry} + 1, kUnset);
+    uint32_t& m = memo_[v.pool_entry];
+    if (m == kUnset) m = p_.intern_stack(pi_, v.stack());
     return m;
-  };
-
-  const bool track = options_.track_live && !p.liveset_off();
-  LiveMap& live = live_state_[pi];
-  for (const decode::AllocEvent& a : t.allocs) {
-    seen(a.ts);
-    if (!keep(a.tid, a.ts)) continue;
-    ++p.alloc_samples;
-    ++threads[thread_index(pi, a.tid)].alloc_samples;
-    const uint32_t s = stack_of(a.stack);
-    alloc_[s].add_sample(a.size, rate);
-    if (track) live[LiveKey{a.addr, a.ts}] = LiveAlloc{s, a.tid, a.size, rate};
   }
-  for (const decode::FreeEvent& f : t.frees) {
-    seen(f.ts);
-    ++p.free_events;
-    if (track) live.erase(LiveKey{f.addr, f.alloc_ts});
-  }
-  if (seg.has_live_snapshot && options_.track_live) {
-    // The snapshot is the live set at seal; it supersedes what the pairing found so far.
-    live.clear();
-    p.live_snapshot = true;
-    for (const LiveRecord& r : seg.live) {
-      if (!keep(r.tid, r.alloc_ts)) continue;
-      live[LiveKey{r.addr, r.alloc_ts}] = LiveAlloc{stack_of(r.stack), r.tid, r.size, rate};
-    }
+  uint32_t empty_stack() {
+    if (empty_stack_ == kUnset) empty_stack_ = p_.intern_stack(pi_, {});
+    return empty_stack_;
   }
 
-  const double ns_per_sample = 1e9 / hz;
-  for (const decode::CpuSample& c : t.cpu_samples) {
-    seen(c.ts);
-    if (!keep(c.tid, c.ts)) continue;
-    uint32_t ti = thread_index(pi, c.tid);
-    if (c.thread_name && !c.thread_name->empty()) threads[ti].name.assign(*c.thread_name);
-    if (c.source != 0) {
-      ++p.offcpu_samples;
-      continue;
+  // Horvitz–Thompson terms per size, cached: services allocate a few sizes over and over.
+  const Weight& weight(uint64_t size) {
+    Weight& w = weights_[(size ^ (size >> 6) ^ (size >> 12)) & (kWeightSlots - 1)];
+    if (w.size != size) {
+      w.size = size;
+      w.w = sample_weight(size, rate_);
+      const double q = sample_probability(size, rate_);
+      w.var = w.w * w.w * (1 - q);
+      w.inv_p = q > 0 ? 1 / q : 0;
     }
-    ++p.cpu_samples;
-    ++threads[ti].cpu_samples;
-    const uint32_t s = stack_of(c.stack);
-    CpuStat& st = cpu_[s];
-    ++st.samples;
-    st.ns += ns_per_sample;
-    CpuStat& bt = cpu_by_thread_[(uint64_t{ti} << 32) | s];
-    ++bt.samples;
-    bt.ns += ns_per_sample;
+    return w;
   }
+
+  static constexpr uint32_t kUnset = ~uint32_t{0};
+  static constexpr size_t kWeightSlots = 256;
+
+  Profile& p_;
+  const std::string& path_;
+  std::vector<Binding> bind_;   // by schema serial
+  std::vector<uint32_t> memo_;  // pool entry -> profile stack id
+  uint32_t empty_stack_ = kUnset;
+  std::string boot_id_, pid_, service_, liveset_;
+  double hz_ = 0;
+  uint64_t rate_ = kDefaultRate;
+  bool rate_seen_ = false;
+  bool has_clock_ = false;
+  int64_t offset_ = 0;
+  bool proc_ = false, excluded_ = false;
+  uint32_t pi_ = 0;
+  bool track_ = false;
+  bool snapshot_ = false;
+  double ns_per_sample_ = 1e9 / kDefaultCpuHz;
+  int64_t lo_ = INT64_MIN, hi_ = INT64_MAX;
+  const bool filter_tids_ = !p_.options_.filter.tids.empty();
+  uint64_t first_ = UINT64_MAX, last_ = 0;
+  uint32_t last_tid_ = ~uint32_t{0}, last_thread_ = 0;
+  Weight weights_[kWeightSlots];
+};
+
+std::string Profile::add_file(const std::string& path) {
+  RawSegment seg;
+  seg.open(path);
+  return add_raw(path, seg);
+}
+
+std::string Profile::add_bytes(const std::string& path, std::span<const uint8_t> data) {
+  RawSegment seg;
+  seg.assign(path, data);
+  return add_raw(path, seg);
+}
+
+std::string Profile::add_raw(const std::string& path, const RawSegment& seg) {
+  ++files;
+  if (!decoder_) decoder_ = std::make_unique<decode::Decoder>();
+  Folder folder(*this, path);
+  decode::DecodeResult r;
+  if (!seg.raw().empty() || seg.error().empty()) r = decoder_->Decode(seg.raw(), folder);
+  const bool readable = r.events > 0;
+  folder.finish(readable);
+  std::string error;
+  if (!seg.error().empty() || !r.ok()) {
+    ++damaged;
+    error = describe_error(path, seg.container(), seg.error(), r);
+  }
+  if (!readable) {
+    ++unreadable;
+    damaged_bytes_ += seg.file_bytes();
+  } else if (folder.excluded()) {
+    ++skipped;
+    damaged_bytes_ += seg.file_bytes();
+    return {};  // stopped on purpose
+  } else {
+    raw_bytes += seg.raw().size();
+    file_bytes += seg.file_bytes();
+    if (folder.resolved()) processes[folder.process()].raw_bytes += seg.raw().size();
+  }
+  return error;
 }
 
 void Profile::finish() {
@@ -481,14 +708,14 @@ void Profile::finish() {
   live_.assign(stack_count(), LiveStat{});
   for (size_t pi = 0; pi < processes.size(); ++pi) {
     const ProcessInfo& p = processes[pi];
-    for (const auto& [key, a] : live_state_[pi]) {
+    live_state_[pi].for_each([&](uint64_t /*addr*/, uint64_t ts, const LiveAlloc& a) {
       LiveStat& s = live_[a.stack];
       s.add_sample(a.size, a.rate);
-      uint64_t age = p.last_ts > key.ts ? p.last_ts - key.ts : 0;
+      uint64_t age = p.last_ts > ts ? p.last_ts - ts : 0;
       s.oldest_ns = std::max(s.oldest_ns, age);
       s.age_sum_ns += static_cast<double>(age);
-    }
-    LiveMap().swap(live_state_[pi]);
+    });
+    live_state_[pi].clear();
   }
 }
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "cli/input.h"
+#include "cli/live_table.h"
 
 namespace d9::cli {
 
@@ -130,9 +132,12 @@ class Profile {
   // finish(). Prints one line per unreadable or damaged file. Returns false when no file
   // had anything readable.
   bool load(const std::vector<std::string>& files);
-  // Folds one decoded segment into the totals; segments of a process must come in order.
-  void add(const Segment& seg);
-  // Computes the live set. Called by load(); call it once yourself after add().
+  // Reads one file and folds its events in as the decoder visits them; segments of a
+  // process must come in order. Returns "" or the line describing the damage.
+  std::string add_file(const std::string& path);
+  // The same for a file's bytes (any container), as if read from `path`.
+  std::string add_bytes(const std::string& path, std::span<const uint8_t> data);
+  // Computes the live set. Called by load(); call it once yourself after add_file().
   void finish();
 
   // Earliest event of the inputs on the wall clock (and on the monotonic clock, for
@@ -198,39 +203,29 @@ class Profile {
   std::vector<uint32_t> group_key(uint32_t stack_id, Group g);
 
  private:
-  struct LiveAlloc {
-    uint32_t stack = 0;
-    uint32_t tid = 0;
-    uint64_t size = 0;
-    uint64_t rate = 0;
-  };
-  struct LiveKey {
-    uint64_t addr, ts;
-    bool operator==(const LiveKey&) const = default;
-  };
-  struct LiveKeyHash {
-    size_t operator()(const LiveKey& k) const {
-      uint64_t h = k.addr * 0x9E3779B97F4A7C15ULL ^ (k.ts + 0x632BE59BD9B4E019ULL);
-      return static_cast<size_t>(h ^ (h >> 29));
-    }
-  };
-  using LiveMap = std::unordered_map<LiveKey, LiveAlloc, LiveKeyHash>;
+  class Folder;  // the decoder visitor that folds one file in
+  friend class Folder;
 
-  uint32_t process_index(const Segment& seg, bool* excluded);
+  std::string add_raw(const std::string& path, const RawSegment& seg);
+  // The process of a file from its metadata; false when --pid/--process leave it out.
+  bool process_index(const std::string& path, const std::string& boot_id, const std::string& pid,
+                     uint32_t* index);
   uint32_t thread_index(uint32_t process, uint32_t tid);
   uint32_t intern_frame(uint32_t process, uint64_t addr);
-  uint32_t intern_stack(uint32_t process, std::span<const uint64_t> frames);
+  uint32_t intern_stack(uint32_t process, decode::U64ArrayView frames);
 
   LoadOptions options_;
   bool origin_set_ = false;
   int64_t origin_wall_ = 0;
   uint64_t origin_mono_ = 0;
   bool warned_no_clock_ = false;
+  uint64_t damaged_bytes_ = 0;  // on disk, of files not counted in file_bytes
   bool finished_ = false;
 
   std::unordered_map<std::string, uint32_t> process_by_key_;
   std::unordered_map<uint64_t, uint32_t> thread_by_key_;
-  std::vector<LiveMap> live_state_;  // per process
+  std::vector<LiveTable> live_state_;  // per process
+  std::unique_ptr<decode::Decoder> decoder_;
 
   struct AddrKey {
     uint32_t process;

@@ -56,7 +56,7 @@ SegmentBuilder sample_segment() {
 Profile loaded() {
   SegmentBuilder b = sample_segment();
   Profile p;
-  p.add(decode_segment("abcd-42/trace.0.bin", b.bytes()));
+  EXPECT_EQ(p.add_bytes("abcd-42/trace.0.bin", b.bytes()), "");
   p.finish();
   return p;
 }
@@ -365,9 +365,9 @@ TEST(CliReports, DiffShowsPerSiteChangeAndCpuShare) {
   // ASLR: the same function at another address in B.
   b.symbols({{0x5000, "grows", 0, "", 0}, {0x6000, "new_site", 0, "", 0}});
   Profile pa, pb;
-  pa.add(decode_segment("a", a.bytes()));
+  pa.add_bytes("a", a.bytes());
   pa.finish();
-  pb.add(decode_segment("b", b.bytes()));
+  pb.add_bytes("b", b.bytes());
   pb.finish();
   ReportOptions o;
   o.group = Group::kFunction;
