@@ -138,6 +138,8 @@ void parse_options(char* const* envp, Options* o) {
       size_option(name, v, 1, 256, &o->stack_depth);
     } else if (equals(name, "D9_RING_SLOTS")) {
       size_option(name, v, 16, 1ULL << 24, &o->ring_slots);
+    } else if (equals(name, "D9_SYMBOLIZE")) {
+      bool_option(name, v, &o->symbolize);
     } else if (equals(name, "D9_ENABLE")) {
       bool_option(name, v, &o->enable);
     } else if (equals(name, "D9_SEED")) {

@@ -23,6 +23,7 @@ struct Options {
   uint64_t stack_depth = 64;             // D9_STACK_DEPTH
   uint64_t ring_slots = 4096;            // D9_RING_SLOTS
   bool enable = true;                    // D9_ENABLE
+  bool symbolize = true;                 // D9_SYMBOLIZE
   bool has_seed = false;                 // D9_SEED given
   uint64_t seed = 0;                     // D9_SEED
 };

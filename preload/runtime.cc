@@ -1,6 +1,7 @@
 #include "preload/runtime.h"
 
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -8,8 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <string>
@@ -19,6 +22,7 @@
 #include "alloc/stack.h"
 #include "alloc/thread_state.h"
 #include "preload/log.h"
+#include "writer/seal_tools.h"
 #include "writer/segment.h"
 
 extern char** environ;
@@ -116,8 +120,14 @@ struct Writer {
   std::string dir;
   uint64_t next_index = 0;
   Segment segment;
+  uint64_t segment_opened_ns = 0;
   alloc::Collector collector;
   StringMap metadata;
+  SealTools* tools = nullptr;  // loaded at the first seal that needs it
+  bool tools_tried = false;
+  uint64_t segments_dropped = 0;    // lost to write errors (full disk, ...)
+  uint64_t retry_after_ns = 0;      // back-off after a failed open or write
+  uint64_t last_error_log_ns = 0;   // write errors are reported at most once a minute
 };
 
 Writer* g_writer = nullptr;  // owned by the writer thread; abandoned (never freed) on fork
@@ -182,38 +192,128 @@ StringMap build_metadata() {
   };
 }
 
+// Said once: later attempts (the final drain at exit, say) find profiling already off.
 void turn_off(const std::string& why) {
+  if (g_state.exchange(kOff, std::memory_order_acq_rel) == kOff) return;
   log::line(why.c_str(), "; profiling is off, the program runs normally");
-  g_state.store(kOff, std::memory_order_release);
+}
+
+constexpr uint64_t kSecond = 1000000000ULL;
+
+// A failed open or write (full disk, removed directory): the segment is dropped whole and
+// counted, the host is unaffected, and d9 tries again a second later.
+void segment_failed(Writer& w) {
+  uint64_t now = monotonic_ns();
+  if (w.last_error_log_ns == 0 || now - w.last_error_log_ns > 60 * kSecond) {
+    log::line(w.segment.error().c_str(), "; segment dropped, retrying");
+    w.last_error_log_ns = now;
+  }
+  w.segment.discard();
+  ++w.segments_dropped;
+  w.retry_after_ns = now + kSecond;
+}
+
+SealTools* seal_tools(Writer& w) {
+  if (!w.tools_tried) {
+    w.tools_tried = true;
+    std::string why;
+    w.tools = load_seal_tools(&why);
+    if (!w.tools) log::line("segments are sealed without symbols or compression: ", why.c_str());
+  }
+  return w.tools;
+}
+
+// Deletes the oldest sealed segments while this process's total exceeds D9_MAX_TOTAL_SIZE.
+void enforce_retention(const Writer& w) {
+  struct Sealed {
+    uint64_t index;
+    std::string path;
+    uint64_t bytes;
+  };
+  std::vector<Sealed> sealed;
+  uint64_t total = 0;
+  DIR* dir = opendir(w.dir.c_str());
+  if (!dir) return;
+  while (dirent* e = readdir(dir)) {
+    unsigned long long index;
+    int end = 0;
+    if (sscanf(e->d_name, "trace.%llu.bin%n", &index, &end) != 1 || end == 0) continue;
+    std::string rest = e->d_name + end;
+    std::string path = w.dir + "/" + e->d_name;
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) continue;
+    total += static_cast<uint64_t>(st.st_size);
+    if (rest.empty() || rest == ".zst" || rest == ".gz") {
+      sealed.push_back({index, path, static_cast<uint64_t>(st.st_size)});
+    }
+  }
+  closedir(dir);
+  std::sort(sealed.begin(), sealed.end(),
+            [](const Sealed& a, const Sealed& b) { return a.index < b.index; });
+  // The newest sealed segment always stays, whatever its size.
+  for (size_t i = 0; i + 1 < sealed.size() && total > g_options.max_total_size; ++i) {
+    if (unlink(sealed[i].path.c_str()) == 0) total -= sealed[i].bytes;
+  }
 }
 
 bool open_segment(Writer& w) {
-  if (w.segment.open(w.dir, "trace", w.next_index, w.metadata)) {
-    ++w.next_index;
-    return true;
+  if (!make_dirs(w.dir)) {
+    w.segment.discard();
+    turn_off("cannot create output directory " + w.dir + ": " + strerror(errno));
+    return false;
   }
-  turn_off(w.segment.error());
-  return false;
-}
-
-bool drain(Writer& w) {
-  w.collector.drain(alloc::rings(), alloc::counters(), w.segment);
-  if (w.segment.flush()) return true;
-  turn_off(w.segment.error());
-  return false;
+  if (!w.segment.open(w.dir, "trace", w.next_index, w.metadata)) {
+    segment_failed(w);
+    return false;
+  }
+  ++w.next_index;
+  w.segment_opened_ns = monotonic_ns();
+  return true;
 }
 
 // Closes the current segment: the live set, then the seal (which adds the counters to the
-// closing metadata so every segment says how many samples were taken and dropped).
+// closing metadata so every segment says how many samples were taken and dropped), then
+// retention.
 void seal(Writer& w) {
   if (!w.segment.is_open()) return;
   if (alloc::settings().liveset) w.collector.write_live_set(w.segment.events());
   alloc::Counters c = alloc::counters();
-  w.segment.seal({{"memory.alloc_samples_taken", std::to_string(c.alloc_samples)},
-                  {"memory.frees_seen", std::to_string(c.frees_seen)},
-                  {"memory.untracked_samples", std::to_string(c.untracked)},
-                  {"memory.live_samples", std::to_string(w.collector.live_count())},
-                  {"memory.unmatched_frees", std::to_string(w.collector.unmatched_frees())}});
+  Segment::SealOptions options;
+  options.extra_metadata = {
+      {"memory.alloc_samples_taken", std::to_string(c.alloc_samples)},
+      {"memory.frees_seen", std::to_string(c.frees_seen)},
+      {"memory.untracked_samples", std::to_string(c.untracked)},
+      {"memory.live_samples", std::to_string(w.collector.live_count())},
+      {"memory.unmatched_frees", std::to_string(w.collector.unmatched_frees())},
+      {"d9.segments_dropped", std::to_string(w.segments_dropped)}};
+  options.symbolize = g_options.symbolize;
+  if (g_options.compress == Compression::kZstd) options.compression = SealCompression::kZstd;
+  if (g_options.compress == Compression::kGzip) options.compression = SealCompression::kGzip;
+  if (options.symbolize || options.compression) options.tools = seal_tools(w);
+  w.segment.seal(options);
+  if (!w.segment.error().empty()) segment_failed(w);
+  enforce_retention(w);
+}
+
+// Drains the rings into the current segment (opened on demand, so a fork child that execs
+// or exits at once leaves nothing behind), then rotates it by size or age.
+void write_pending(Writer& w) {
+  uint64_t now = monotonic_ns();
+  if (now < w.retry_after_ns) return;  // still backing off after a write error
+  bool has_records = w.collector.pending(alloc::rings(), alloc::counters());
+  if (has_records && !w.segment.is_open() && !open_segment(w)) return;
+  if (has_records) {
+    w.collector.drain(alloc::rings(), alloc::counters(), w.segment);
+    if (!w.segment.flush()) {
+      segment_failed(w);
+      return;
+    }
+  }
+  if (w.segment.is_open() && w.segment.event_count() > 0 &&
+      (w.segment.bytes_written() >= g_options.max_file_size ||
+       monotonic_ns() - w.segment_opened_ns >= g_options.rotate_secs * kSecond)) {
+    seal(w);
+  }
 }
 
 void* writer_main(void*) {
@@ -223,28 +323,14 @@ void* writer_main(void*) {
   w->dir = std::string(g_options.output) + "/" + g_boot_id;
   w->metadata = build_metadata();
 
-  // The directory and the first segment are created only once there is something to
-  // write, so a fork child that execs or exits at once leaves nothing behind.
-  bool ok = true;
-  auto write_pending = [&] {
-    if (!w->collector.pending(alloc::rings(), alloc::counters())) return true;
-    if (!w->segment.is_open()) {
-      if (!make_dirs(w->dir)) {
-        turn_off("cannot create output directory " + w->dir + ": " + strerror(errno));
-        return false;
-      }
-      if (!open_segment(*w)) return false;
-    }
-    return drain(*w);
-  };
-
-  while (ok && !g_stop.load(std::memory_order_acquire)) {
+  while (!g_stop.load(std::memory_order_acquire) &&
+         g_state.load(std::memory_order_acquire) == kOn) {
     alloc::wait_for_work(kDrainIntervalNs);
     if (g_stop.load(std::memory_order_acquire)) break;
-    ok = write_pending();
+    write_pending(*w);
     uint64_t requested = g_seal_requested.load(std::memory_order_acquire);
     if (requested != g_seals_done) {
-      if (ok) seal(*w);  // the next events open the next segment
+      seal(*w);  // before exec: the next events open the next segment
       pthread_mutex_lock(&g_mu);
       g_seals_done = requested;
       pthread_cond_broadcast(&g_done_cv);
@@ -252,7 +338,9 @@ void* writer_main(void*) {
     }
   }
 
-  if (ok && write_pending()) seal(*w);
+  w->retry_after_ns = 0;
+  write_pending(*w);
+  seal(*w);
   pthread_mutex_lock(&g_mu);
   g_done = true;
   pthread_cond_broadcast(&g_done_cv);

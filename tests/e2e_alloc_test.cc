@@ -56,7 +56,8 @@ class E2EAlloc : public ::testing::Test {
     auto segs = find_segments(dir_);
     EXPECT_EQ(segs.size(), 1u);
     if (segs.empty()) return {};
-    EXPECT_EQ(std::filesystem::path(segs[0]).filename(), "trace.0.bin");
+    // Sealed (not .active) and compressed with the default D9_COMPRESS=zstd.
+    EXPECT_EQ(std::filesystem::path(segs[0]).filename(), "trace.0.bin.zst");
     decode::Trace t = decode::LoadTrace(segs[0]);
     EXPECT_TRUE(t.ok()) << t.error;
     return t;

@@ -80,7 +80,8 @@ TEST_F(E2EApi, SameOutputSamplingEveryAllocation) {
   ASSERT_EQ(dirs.size(), 1u) << "one process, one directory";
   auto segs = find_segments(dir_);
   ASSERT_FALSE(segs.empty());
-  EXPECT_TRUE(fs::exists(dirs[0] + "/trace.0.bin")) << "first segment not sealed";
+  // Sealed and compressed with the default D9_COMPRESS=zstd.
+  EXPECT_TRUE(fs::exists(dirs[0] + "/trace.0.bin.zst")) << "first segment not sealed";
   uint64_t allocs = 0, with_stack = 0;
   for (const std::string& seg : segs) {
     EXPECT_FALSE(seg.ends_with(".active")) << "left unsealed: " << seg;

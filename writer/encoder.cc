@@ -28,6 +28,11 @@ constexpr FieldSpec kLiveFields[] = {{"tid", T(FieldType::kU32)},
                                      {"addr", T(FieldType::kVarint)},
                                      {"alloc_timestamp_ns", T(FieldType::kVarint)},
                                      {"callchain", T(FieldType::kPooledStack)}};
+constexpr FieldSpec kModuleFields[] = {{"path", T(FieldType::kString)},
+                                       {"build_id", T(FieldType::kString)},
+                                       {"start", T(FieldType::kVarint)},
+                                       {"end", T(FieldType::kVarint)},
+                                       {"bias", T(FieldType::kVarint)}};
 constexpr FieldSpec kSymbolFields[] = {{"addr", T(FieldType::kVarint)},
                                        {"size", T(FieldType::kVarint)},
                                        {"symbol_name", T(FieldType::kPooledString)},
@@ -40,6 +45,7 @@ const EventSpec kAlloc{fmt::kAllocEvent, true, kAllocFields};
 const EventSpec kFree{fmt::kFreeEvent, true, kFreeFields};
 const EventSpec kOverflow{fmt::kMemoryProfileOverflowEvent, true, kOverflowFields};
 const EventSpec kLive{fmt::kLiveAllocation, false, kLiveFields};
+const EventSpec kModule{fmt::kModuleEntry, false, kModuleFields};
 const EventSpec kSymbol{fmt::kSymbolTableEntry, true, kSymbolFields};
 
 }  // namespace
@@ -52,6 +58,7 @@ void Encoder::begin_stream() {
   schema_ids_.clear();
   strings_.clear();
   stacks_.clear();
+  frame_addresses_.clear();
   next_string_id_ = 0;
   next_stack_id_ = 0;
   ts_base_ = 0;
@@ -143,6 +150,7 @@ uint32_t Encoder::intern_stack(std::span<const uint64_t> frames) {
   if (it != stacks_.end()) return it->second;
   uint32_t id = next_stack_id_++;
   stacks_.emplace(stack_key_, id);
+  frame_addresses_.insert(frames.begin(), frames.end());
   put_u8(static_cast<uint8_t>(Frame::kStackPool));
   put_u32(1);
   put_u32(id);
@@ -200,6 +208,16 @@ void Encoder::live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64
   put_varint(addr);
   put_varint(alloc_ts);
   put_u32(stack_id);
+}
+
+void Encoder::module_entry(std::string_view path, std::string_view build_id, uint64_t start,
+                           uint64_t end, uint64_t bias) {
+  event_header(kModule, 0);
+  put_bytes(path);
+  put_bytes(build_id);
+  put_varint(start);
+  put_varint(end);
+  put_varint(bias);
 }
 
 void Encoder::symbol_entry(uint64_t addr, uint64_t size, std::string_view name,

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,10 @@ class Encoder {
   // live when the segment was sealed. A leak report can work from the last segment alone.
   void live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
                        std::span<const uint64_t> stack);
+  // d9's own event (no timestamp): one module of the process, so a segment can be
+  // symbolized offline (`d9 symbolize`) when it was sealed without symbols.
+  void module_entry(std::string_view path, std::string_view build_id, uint64_t start,
+                    uint64_t end, uint64_t bias);
   void symbol_entry(uint64_t addr, uint64_t size, std::string_view name, uint64_t inline_depth,
                     std::string_view file, uint64_t line);
 
@@ -61,6 +66,8 @@ class Encoder {
 
   // Distinct stacks interned in this sub-stream (for tests and sizing).
   size_t stack_count() const { return next_stack_id_; }
+  // Every frame address of the stacks interned in this sub-stream: what to symbolize.
+  const std::unordered_set<uint64_t>& frame_addresses() const { return frame_addresses_; }
 
   // Low-level pieces, public so tests can build unusual streams.
   void put_u8(uint8_t v) { out_.push_back(v); }
@@ -86,6 +93,7 @@ class Encoder {
   // Stacks are keyed by their bytes; the map owns a copy of each key.
   std::unordered_map<std::string, uint32_t> stacks_;
   std::string stack_key_;  // scratch, reused
+  std::unordered_set<uint64_t> frame_addresses_;
   uint32_t next_string_id_ = 0;
   uint32_t next_stack_id_ = 0;
   uint64_t ts_base_ = 0;

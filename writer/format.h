@@ -56,6 +56,8 @@ inline constexpr char kMemoryProfileOverflowEvent[] = "MemoryProfileOverflowEven
 inline constexpr char kSymbolTableEntry[] = "SymbolTableEntry";
 // d9's own, untimestamped: a sampled allocation still live at seal (see encoder.h).
 inline constexpr char kLiveAllocation[] = "Libd9LiveAllocation";
+// d9's own, untimestamped: one module (path, build-id, range, load bias) of the process.
+inline constexpr char kModuleEntry[] = "Libd9Module";
 
 // Magic bytes of the compressed containers segments may come in.
 inline constexpr uint8_t kZstdMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <vector>
 
 namespace d9 {
 
@@ -42,6 +43,8 @@ bool Segment::open(const std::string& dir, const std::string& stem, uint64_t ind
   }
   event_count_ = 0;
   bytes_written_ = 0;
+  compressed_bytes_ = 0;
+  error_.clear();
 
   // ClockSync first, so readers looking in the first events find the wall-clock anchor.
   Encoder head;
@@ -81,26 +84,92 @@ bool Segment::flush() {
   return ok;
 }
 
-std::string Segment::seal(const StringMap& extra) {
+void Segment::discard() {
+  if (fd_ < 0) return;
+  close_fd();
+  unlink(active_path_.c_str());
+}
+
+void Segment::write_symbols(SealTools& tools) {
+  Encoder sym;
+  sym.begin_stream();
+  for (const ModuleInfo& m : tools.modules()) {
+    sym.module_entry(m.path, m.build_id, m.start, m.end, m.bias);
+  }
+  for (uint64_t addr : events_.frame_addresses()) {
+    const std::vector<SymbolFrame>& frames = tools.resolve(addr);
+    for (size_t depth = 0; depth < frames.size(); ++depth) {
+      const SymbolFrame& f = frames[depth];
+      sym.symbol_entry(addr, 0, f.function, depth, f.file, f.line);
+    }
+  }
+  write_all(sym.bytes().data(), sym.size());
+}
+
+std::string Segment::seal(const SealOptions& options) {
   if (fd_ < 0) return "";
   if (!flush() || event_count_ == 0) {
-    close_fd();
-    unlink(active_path_.c_str());
+    discard();
     return "";
   }
   Encoder tail;
   tail.begin_stream();
   StringMap closing = {{"segment.complete", "true"}};
-  closing.insert(closing.end(), extra.begin(), extra.end());
+  closing.insert(closing.end(), options.extra_metadata.begin(), options.extra_metadata.end());
   tail.segment_metadata(monotonic_ns(), closing);
   bool ok = write_all(tail.bytes().data(), tail.size());
+  if (ok && options.tools && options.symbolize) write_symbols(*options.tools);
+  if (!error_.empty()) ok = false;
   close_fd();
-  if (!ok) return "";
+  if (!ok) {
+    unlink(active_path_.c_str());
+    return "";
+  }
   if (rename(active_path_.c_str(), sealed_path_.c_str()) != 0) {
     error_ = "cannot rename " + active_path_ + ": " + strerror(errno);
     return "";
   }
+  if (options.tools && options.compression) {
+    std::string packed = compress(*options.tools, *options.compression);
+    if (!packed.empty()) return packed;
+  }
   return sealed_path_;
+}
+
+std::string Segment::compress(SealTools& tools, SealCompression how) {
+  int in = ::open(sealed_path_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (in < 0) return "";
+  std::vector<uint8_t> raw;
+  uint8_t buf[1 << 16];
+  for (ssize_t n; (n = read(in, buf, sizeof(buf))) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    raw.insert(raw.end(), buf, buf + n);
+  }
+  close(in);
+  std::vector<uint8_t> packed;
+  std::string why;
+  if (!tools.compress(raw, how, &packed, &why)) {
+    error_ = "cannot compress " + sealed_path_ + ": " + why;
+    return "";
+  }
+  // Written under a temporary name and renamed, so a reader never sees half a file.
+  std::string out = sealed_path_ + (how == SealCompression::kZstd ? ".zst" : ".gz");
+  std::string tmp = out + ".tmp";
+  fd_ = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd_ < 0) {
+    error_ = "cannot create " + tmp + ": " + strerror(errno);
+    return "";
+  }
+  bool ok = write_all(packed.data(), packed.size());
+  close_fd();
+  if (!ok || rename(tmp.c_str(), out.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return "";
+  }
+  unlink(sealed_path_.c_str());
+  compressed_bytes_ = packed.size();
+  return out;
 }
 
 }  // namespace d9

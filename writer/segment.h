@@ -5,6 +5,9 @@
 //   [TRC] SegmentMetadataEvent + ClockSyncEvent             at open
 //   [TRC] schemas, pools and events ...                     appended by each drain
 //   [TRC] SegmentMetadataEvent{segment.complete=true}       at seal
+//   [TRC] Libd9Module + SymbolTableEntry records            at seal, with the seal tools
+// then the file is renamed `{stem}.{N}.bin` and, if asked, compressed to `.bin.zst` or
+// `.bin.gz` (the `.bin` is removed once the compressed file is complete).
 // The active file is always decodable up to its last complete frame, so a killed process
 // leaves a readable trace behind.
 #pragma once
@@ -12,7 +15,10 @@
 #include <cstdint>
 #include <string>
 
+#include <optional>
+
 #include "writer/encoder.h"
+#include "writer/seal_tools.h"
 
 namespace d9 {
 
@@ -36,21 +42,35 @@ class Segment {
   // Appends everything encoded so far. False (with error()) when the write fails.
   bool flush();
 
-  // Writes the closing metadata (segment.complete=true plus `extra`), closes and renames to
-  // the sealed name. A segment that holds no events is deleted instead. Returns the final
-  // path ("" when deleted or failed).
-  std::string seal(const StringMap& extra = {});
+  struct SealOptions {
+    StringMap extra_metadata;                    // added to segment.complete=true
+    SealTools* tools = nullptr;                  // symbols and compression; null: neither
+    bool symbolize = true;                       // write SymbolTableEntry records
+    std::optional<SealCompression> compression;  // none: the segment stays `.bin`
+  };
+  // Writes the closing metadata and symbols, closes, renames to the sealed name and
+  // compresses. A segment that holds no events is deleted instead. Returns the final path
+  // ("" when deleted or failed; error() says why on failure).
+  std::string seal(const SealOptions& options);
+
+  // Closes and deletes the active file (a failed write: the segment is dropped whole).
+  void discard();
 
   bool is_open() const { return fd_ >= 0; }
   // Fork child: closes the inherited descriptor and forgets the file without touching it.
   void abandon() { close_fd(); }
   uint64_t bytes_written() const { return bytes_written_; }
+  // Size of the compressed file made by the last seal (0 if none).
+  uint64_t compressed_bytes() const { return compressed_bytes_; }
   const std::string& error() const { return error_; }
   const std::string& active_path() const { return active_path_; }
 
  private:
   bool write_all(const uint8_t* data, size_t len);
   void close_fd();
+  void write_symbols(SealTools& tools);
+  // Compresses the sealed file into a sibling; returns its path, or "" (file kept as is).
+  std::string compress(SealTools& tools, SealCompression how);
 
   int fd_ = -1;
   Encoder events_;
@@ -59,6 +79,7 @@ class Segment {
   std::string error_;
   uint64_t event_count_ = 0;
   uint64_t bytes_written_ = 0;
+  uint64_t compressed_bytes_ = 0;
 };
 
 // Current CLOCK_MONOTONIC and CLOCK_REALTIME, paired as upstream does: the realtime read
