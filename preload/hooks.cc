@@ -52,10 +52,10 @@ inline bool no_sample(size_t size) {
   return !d9::reaches_sample_point(tls_state.bytes_until_sample, size);
 }
 
-// The sampled path, out of line: decide, allocate, record. `plain(0)` allocates as usual;
-// a sampled allocation calls `plain(flags)` with the sampled arena's mallocx flags (0 with
-// the live set off), falling back to the usual heap if the arena is exhausted. errno is
-// what the allocation left it, never what d9's own work did.
+// The sampled path, out of line: decide, allocate, record. `allocate(0)` allocates as
+// usual; a sampled allocation calls `allocate(flags)` with the sampled arena's mallocx
+// flags (none with the live set off), falling back to the usual heap if the arena is
+// exhausted. errno is what the allocation left it, never what d9's own work did.
 template <class Allocate>
 __attribute__((noinline)) void* sampled(size_t size, Allocate allocate) {
   int saved = errno;
