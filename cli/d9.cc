@@ -123,6 +123,7 @@ struct Args {
   LoadOptions load;
   std::string kind, format, output, title;
   bool folded = false;
+  bool full_names = false;
   int width = 1200;
 };
 
@@ -160,6 +161,10 @@ int parse_args(const std::vector<std::string>& args, Args* a) {
       a->report.json = true;
     } else if (arg == "--by-thread") {
       a->report.by_thread = true;
+    } else if (arg == "--all-frames") {
+      a->report.trim = false;
+    } else if (arg == "--full-names") {
+      a->full_names = true;
     } else if (arg == "--from" || arg == "--to") {
       std::string err;
       TimeBound& b = arg == "--from" ? a->load.filter.from : a->load.filter.to;
@@ -254,6 +259,7 @@ int cmd_report(Args& a) {
   if (c == "cpu" && !a.group_set) a.report.group = Group::kFunction;
   a.load.track_live = c == "summary" || c == "leaks";
   Profile p(a.load);
+  p.set_full_names(a.full_names);
   if (int rc = load(a.paths, &p)) return rc;
   if (c == "summary") print_summary(stdout, p, a.report);
   if (c == "alloc") print_alloc(stdout, p, a.report);
@@ -268,6 +274,7 @@ int cmd_flame(Args& a) {
   if (!a.kind.empty() && !parse_kind(a.kind, &kind)) return usage_error("--kind cpu|alloc|live");
   a.load.track_live = a.kind.empty() || kind == Kind::kLive;
   Profile p(a.load);
+  p.set_full_names(a.full_names);
   if (int rc = load(a.paths, &p)) return rc;
   if (a.kind.empty()) kind = p.cpu_total().samples ? Kind::kCpu : Kind::kAlloc;
   std::vector<Folded> stacks = folded_stacks(p, kind, a.report.group, a.report.by_thread);
@@ -305,12 +312,12 @@ int cmd_flame(Args& a) {
     }
     char sub[256];
     if (kind == Kind::kCpu) {
-      snprintf(sub, sizeof(sub), "%llu samples; ",
+      snprintf(sub, sizeof(sub), "%llu sample(s); ",
                static_cast<unsigned long long>(p.cpu_total().samples));
     } else {
       const MemStat m =
           kind == Kind::kAlloc ? p.alloc_total() : static_cast<MemStat>(p.live_total());
-      snprintf(sub, sizeof(sub), "%s from %llu samples; ", human_bytes(m.bytes).c_str(),
+      snprintf(sub, sizeof(sub), "%s from %llu sample(s); ", human_bytes(m.bytes).c_str(),
                static_cast<unsigned long long>(m.samples));
     }
     fo.subtitle = sub + procs;
@@ -373,6 +380,8 @@ int cmd_diff(Args& a) {
   if (!a.group_set) a.report.group = Group::kFunction;
   a.load.track_live = false;
   Profile pa(a.load), pb(a.load);
+  pa.set_full_names(a.full_names);
+  pb.set_full_names(a.full_names);
   if (int rc = load({a.paths[0]}, &pa)) return rc;
   if (int rc = load({a.paths[1]}, &pb)) return rc;
   print_diff(stdout, pa, pb, a.paths[0], a.paths[1], a.report);

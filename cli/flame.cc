@@ -238,9 +238,21 @@ function init() {
     if ((e.ctrlKey || e.metaKey) && e.key === "f") { e.preventDefault(); askSearch(); }
     else if (e.key === "Escape") { resetZoom(); clearSearch(); }
   });
-  var q = null;
-  try { q = new URLSearchParams(window.location.search).get("s"); } catch (e) {}
+  // ?s=REGEX highlights, ?zoom=REGEX zooms to the widest matching frame (for links and tests).
+  var q = null, z = null;
+  try {
+    var params = new URLSearchParams(window.location.search);
+    q = params.get("s");
+    z = params.get("zoom");
+  } catch (e) {}
   if (q) doSearch(q);
+  if (z) {
+    var re = new RegExp(z), best = null;
+    frames.forEach(function (g) {
+      if (re.test(g.getAttribute("data-n")) && (!best || num(g, "w") > num(best, "w"))) best = g;
+    });
+    if (best) zoom(best);
+  }
 }
 )JS";
 

@@ -794,29 +794,153 @@ const std::vector<uint32_t>& Profile::labels(uint32_t frame, Group g) {
   if (const std::vector<Symbol>* syms = symbols(frame)) {
     for (auto it = syms->rbegin(); it != syms->rend(); ++it) {
       if (it->name.empty()) continue;
-      if (g != Group::kLine || it->file.empty()) {
-        out.push_back(intern_label(it->name));
-        continue;
+      std::string name = full_names_ ? it->name : simplify_name(it->name);
+      if (g == Group::kLine && !it->file.empty()) {
+        name += " " + basename_of(it->file);
+        if (it->line) name += ":" + std::to_string(it->line);
       }
-      std::string l = it->name + " " + basename_of(it->file);
-      if (it->line) l += ":" + std::to_string(it->line);
-      out.push_back(intern_label(l));
+      out.push_back(intern_label(name));
     }
   }
   if (out.empty()) out.push_back(intern_label(hex(frames_[frame].addr)));
   return out;
 }
 
-std::vector<uint32_t> Profile::group_key(uint32_t stack_id, Group g) {
+std::vector<uint32_t> Profile::group_key(uint32_t stack_id, Group g, bool trim) {
   std::span<const uint32_t> frames = stack(stack_id);
   if (frames.empty()) return {intern_label("(no stack)")};
-  if (g != Group::kStack) return {labels(frames[0], g)[0]};
-  std::vector<uint32_t> key;
+  std::vector<uint32_t> fn;
   for (uint32_t f : frames) {
     const std::vector<uint32_t>& l = labels(f, Group::kFunction);
-    key.insert(key.end(), l.begin(), l.end());
+    fn.insert(fn.end(), l.begin(), l.end());
   }
-  return key;
+  size_t start = 0;
+  if (trim) {
+    auto plumbing = [&](uint32_t label) {
+      if (plumbing_.size() <= label) plumbing_.resize(label_strings_.size(), -1);
+      int8_t& p = plumbing_[label];
+      if (p < 0) p = is_alloc_plumbing(simplify_name(label_strings_[label])) ? 1 : 0;
+      return p == 1;
+    };
+    while (start + 1 < fn.size() && plumbing(fn[start])) ++start;
+  }
+  if (g == Group::kFunction) return {fn[start]};
+  if (g == Group::kLine) {
+    // Line labels come one per function label, in the same order.
+    size_t i = 0;
+    for (uint32_t f : frames) {
+      for (uint32_t l : labels(f, Group::kLine)) {
+        if (i++ == start) return {l};
+      }
+    }
+    return {fn[start]};
+  }
+  return std::vector<uint32_t>(fn.begin() + static_cast<std::ptrdiff_t>(start), fn.end());
+}
+
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix.data(), suffix.size()) == 0;
+}
+
+// Index just past the bracket matching s[i] (one of "<({["), or s.size().
+size_t skip_balanced(std::string_view s, size_t i) {
+  const char open = s[i];
+  const char close = open == '<' ? '>' : open == '(' ? ')' : open == '{' ? '}' : ']';
+  int depth = 0;
+  for (; i < s.size(); ++i) {
+    if (s[i] == open) ++depth;
+    if (s[i] == close && --depth == 0) return i + 1;
+  }
+  return s.size();
+}
+
+}  // namespace
+
+std::string simplify_name(std::string_view s) {
+  static constexpr std::string_view kAnon = "(anonymous namespace)";
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    const char c = s[i];
+    if (c == '<') {
+      if (ends_with(out, "operator") || ends_with(out, "operator<") ||
+          ends_with(out, "operator<<")) {
+        out += c;
+        ++i;
+      } else if (out.empty()) {
+        // A Rust qualified path, "<T as Trait>::f": kept whole.
+        size_t end = skip_balanced(s, i);
+        out.append(s.substr(i, end - i));
+        i = end;
+      } else {
+        i = skip_balanced(s, i);
+      }
+      continue;
+    }
+    if (c == '(') {
+      if (s.substr(i, kAnon.size()) == kAnon) {
+        out += kAnon;
+        i += kAnon.size();
+        continue;
+      }
+      if (ends_with(out, "decltype") || ends_with(out, "decltype ")) {
+        // Part of a return type: "decltype (…) std::construct_at<…>(…)".
+        size_t end = skip_balanced(s, i);
+        out.append(s.substr(i, end - i));
+        i = end;
+        continue;
+      }
+      if (ends_with(out, "operator") && s.substr(i, 2) == "()") {
+        out += "()";
+        i += 2;
+        continue;
+      }
+      // The parameter list. A local entity ("f(int)::inner") goes on after it.
+      i = skip_balanced(s, i);
+      if (s.substr(i, 2) == "::") continue;
+      break;
+    }
+    if (c == '{') {
+      size_t end = skip_balanced(s, i);
+      out.append(s.substr(i, end - i));
+      i = end;
+      continue;
+    }
+    out += c;
+    ++i;
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  // A function template's return type comes first: "void std::vector::_M_realloc_insert".
+  // Drop everything up to the last top-level space (spaces after "operator" are its name's).
+  const size_t op = out.rfind("operator");
+  const size_t limit = op == std::string::npos ? out.size() : op;
+  size_t last_space = std::string::npos;
+  int depth = 0;
+  for (size_t k = 0; k < limit; ++k) {
+    if (out[k] == '(' || out[k] == '{' || out[k] == '[' || out[k] == '<') ++depth;
+    if (out[k] == ')' || out[k] == '}' || out[k] == ']' || out[k] == '>') --depth;
+    if (out[k] == ' ' && depth == 0) last_space = k;
+  }
+  if (last_space != std::string::npos && last_space + 1 < out.size()) {
+    out.erase(0, last_space + 1);
+  }
+  return out.empty() ? std::string(s) : out;
+}
+
+bool is_alloc_plumbing(std::string_view n) {
+  for (std::string_view prefix : {"std::", "__gnu_cxx::", "__cxxabiv1::", "__cxa_"}) {
+    if (n.substr(0, prefix.size()) == prefix) return true;
+  }
+  for (std::string_view f : {"operator new", "operator new[]", "malloc", "calloc", "realloc",
+                             "reallocarray", "aligned_alloc", "posix_memalign", "memalign",
+                             "valloc", "pvalloc", "mallocx", "rallocx", "strdup", "strndup"}) {
+    if (n == f) return true;
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------------------------------------

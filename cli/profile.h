@@ -199,8 +199,12 @@ class Profile {
   const std::string& label(uint32_t id) const { return label_strings_[id]; }
   uint32_t intern_label(const std::string& s);
   // The labels a stack groups under: the leaf's innermost label (function, line) or every
-  // frame's labels (stack), leaf first. "(no stack)" for an empty stack.
-  std::vector<uint32_t> group_key(uint32_t stack_id, Group g);
+  // frame's labels (stack), leaf first. "(no stack)" for an empty stack. With `trim`, leaf-side
+  // frames of the allocation plumbing (std::, __gnu_cxx::, operator new, malloc…) are skipped
+  // while another frame remains, so a site is named by the code that asked for the memory.
+  std::vector<uint32_t> group_key(uint32_t stack_id, Group g, bool trim = false);
+  // Labels use simplify_name() unless this is set (before the first report).
+  void set_full_names(bool full) { full_names_ = full; }
 
  private:
   class Folder;  // the decoder visitor that folds one file in
@@ -255,8 +259,17 @@ class Profile {
   std::unordered_map<AddrKey, std::vector<Symbol>, AddrKeyHash> symbols_;
   std::vector<std::vector<uint32_t>> fn_labels_, line_labels_;  // by frame, lazily
   std::vector<std::string> label_strings_;
+  std::vector<int8_t> plumbing_;  // by label id: -1 unknown, 0 no, 1 yes
+  bool full_names_ = false;
   std::unordered_map<std::string, uint32_t> label_ids_;
 };
+
+// C++ (and Rust) names shortened for display, as pprof does: template arguments and the
+// parameter list go, "(anonymous namespace)", operators and {lambda…} stay.
+// "std::vector<int>::push_back(int const&)" -> "std::vector::push_back".
+std::string simplify_name(std::string_view name);
+// Allocation plumbing: the standard library and the allocator entry points.
+bool is_alloc_plumbing(std::string_view simplified_name);
 
 // Formatting helpers shared by the reports.
 std::string human_bytes(double bytes);

@@ -75,14 +75,14 @@ std::string hz_text(const Profile& p) {
 
 // Group stacks by key; `weight` orders the rows.
 template <typename Stat, typename Weight>
-std::vector<Row<Stat>> group_rows(Profile& p, const std::vector<Stat>& by_stack, Group g,
+std::vector<Row<Stat>> group_rows(Profile& p, const std::vector<Stat>& by_stack, Group g, bool trim,
                                   Weight weight) {
   std::map<std::vector<uint32_t>, size_t> index;
   std::vector<Row<Stat>> rows;
   for (uint32_t s = 0; s < by_stack.size(); ++s) {
     const Stat& st = by_stack[s];
     if (st.samples == 0) continue;
-    std::vector<uint32_t> key = p.group_key(s, g);
+    std::vector<uint32_t> key = p.group_key(s, g, trim);
     auto [it, inserted] = index.try_emplace(key, rows.size());
     if (inserted) {
       rows.emplace_back();
@@ -288,12 +288,12 @@ std::string thread_title(const Profile& p, const ThreadInfo& t) {
 
 }  // namespace
 
-std::vector<Row<MemStat>> group_alloc(Profile& p, Group g) {
-  return group_rows(p, p.alloc(), g, [](const MemStat& s) { return s.bytes; });
+std::vector<Row<MemStat>> group_alloc(Profile& p, Group g, bool trim) {
+  return group_rows(p, p.alloc(), g, trim, [](const MemStat& s) { return s.bytes; });
 }
 
-std::vector<Row<LiveStat>> group_live(Profile& p, Group g) {
-  return group_rows(p, p.live(), g, [](const LiveStat& s) { return s.bytes; });
+std::vector<Row<LiveStat>> group_live(Profile& p, Group g, bool trim) {
+  return group_rows(p, p.live(), g, trim, [](const LiveStat& s) { return s.bytes; });
 }
 
 std::vector<CpuRow> group_cpu(Profile& p, Group g, int64_t thread) {
@@ -369,7 +369,7 @@ std::string key_string(const Profile& p, const std::vector<uint32_t>& key) {
 
 void print_alloc(FILE* out, Profile& p, const ReportOptions& o) {
   const MemStat total = p.alloc_total();
-  std::vector<Row<MemStat>> rows = group_alloc(p, o.group);
+  std::vector<Row<MemStat>> rows = group_alloc(p, o.group, o.trim);
   if (o.json) {
     fprintf(out, "{\"group\":\"%s\",\"segments\":%llu,\"processes\":%s,\"total\":{%s},\"sites\":[",
             group_name(o.group), static_cast<ull>(p.files - p.unreadable - p.skipped),
@@ -403,7 +403,7 @@ void print_alloc(FILE* out, Profile& p, const ReportOptions& o) {
 
 void print_leaks(FILE* out, Profile& p, const ReportOptions& o) {
   const LiveStat total = p.live_total();
-  std::vector<Row<LiveStat>> rows = group_live(p, o.group);
+  std::vector<Row<LiveStat>> rows = group_live(p, o.group, o.trim);
   const size_t off = liveset_off_count(p);
   bool snapshot = false, paired = false, unknown_no_frees = false;
   for (const ProcessInfo& pr : p.processes) {
@@ -647,7 +647,7 @@ void print_summary(FILE* out, Profile& p, const ReportOptions& o) {
   }
   if (alloc.samples) {
     fprintf(out, "\ntop allocation sites:\n");
-    print_mem_table(out, p, group_alloc(p, o.group), alloc.bytes, o);
+    print_mem_table(out, p, group_alloc(p, o.group, o.trim), alloc.bytes, o);
   }
   if (cpu.samples) {
     fprintf(out, "\ntop CPU functions:\n");
@@ -657,7 +657,7 @@ void print_summary(FILE* out, Profile& p, const ReportOptions& o) {
   }
   if (live.samples && off < p.processes.size()) {
     fprintf(out, "\ntop live sites:\n");
-    print_live_table(out, p, group_live(p, o.group), live.bytes, o);
+    print_live_table(out, p, group_live(p, o.group, o.trim), live.bytes, o);
   }
 }
 
@@ -669,7 +669,7 @@ void print_diff(FILE* out, Profile& a, Profile& b, const std::string& name_a,
   };
   std::map<std::string, D> sites;
   auto fold = [&](Profile& p, bool second) {
-    for (const Row<MemStat>& r : group_alloc(p, o.group)) {
+    for (const Row<MemStat>& r : group_alloc(p, o.group, o.trim)) {
       D& d = sites[key_string(p, r.key)];
       if (d.name.empty()) d.name = site_name(p, r.key, o.group, o.frames);
       (second ? d.b : d.a).add(r.stat);

@@ -16,6 +16,7 @@ struct ReportOptions {
   Group group = Group::kStack;
   bool json = false;
   bool by_thread = false;
+  bool trim = true;  // memory sites: skip leaf-side allocation plumbing (Profile::group_key)
 };
 
 // Stacks grouped by Profile::group_key, heaviest first.
@@ -26,8 +27,8 @@ struct Row {
   uint32_t rep_stack = 0;  // the heaviest stack in the group (for addresses in JSON)
   double rep_weight = -1;
 };
-std::vector<Row<MemStat>> group_alloc(Profile& p, Group g);
-std::vector<Row<LiveStat>> group_live(Profile& p, Group g);
+std::vector<Row<MemStat>> group_alloc(Profile& p, Group g, bool trim = true);
+std::vector<Row<LiveStat>> group_live(Profile& p, Group g, bool trim = true);
 
 struct CpuRow {
   std::vector<uint32_t> key;

@@ -165,6 +165,68 @@ TEST(CliProfile, GroupsByFunctionLineAndStack) {
   EXPECT_EQ(site_name(p, st[1].key, Group::kStack, 2), "leaf_a <- inlined <- …");
 }
 
+TEST(CliProfile, SimplifiesCppAndRustNames) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"main", "main"},
+      {"std::__new_allocator<char>::allocate(unsigned long, void const*)",
+       "std::__new_allocator::allocate"},
+      {"(anonymous namespace)::parse_request(unsigned int)",
+       "(anonymous namespace)::parse_request"},
+      {"operator<<(std::ostream&, int)", "operator<<"},
+      {"Foo::operator()(int) const", "Foo::operator()"},
+      {"operator new(unsigned long)", "operator new"},
+      {"operator new[](unsigned long, std::nothrow_t const&)", "operator new[]"},
+      {"void std::vector<int, std::allocator<int> >::_M_realloc_insert<int const&>(__gnu_cxx::"
+       "__normal_iterator<int*, std::vector<int, std::allocator<int> > >, int const&)",
+       "std::vector::_M_realloc_insert"},
+      {"std::__cxx11::basic_string<char>& std::vector<std::string>::emplace_back<char const*>("
+       "char const*&&)",
+       "std::vector::emplace_back"},
+      {"decltype (::new ((void*)(0)) T(declval<A>())) std::construct_at<T, A>(T*, A&&)",
+       "std::construct_at"},
+      {"main::{lambda(int)#1}::operator()(int) const", "main::{lambda(int)#1}::operator()"},
+      {"outer(int)::Local::run()", "outer::Local::run"},
+      {"Widget::operator bool() const", "Widget::operator bool"},
+      {"hyper::proto::h1::dispatch::Dispatcher<D,Bs,I,T>::poll_catch",
+       "hyper::proto::h1::dispatch::Dispatcher::poll_catch"},
+      {"<alloc::sync::Arc<T,A> as core::ops::drop::Drop>::drop",
+       "<alloc::sync::Arc<T,A> as core::ops::drop::Drop>::drop"},
+      {"cold_path(int) [clone .cold]", "cold_path"},
+      {"0x401000", "0x401000"},
+  };
+  for (const auto& [in, want] : cases) EXPECT_EQ(simplify_name(in), want) << in;
+  EXPECT_TRUE(is_alloc_plumbing("std::vector::_M_realloc_insert"));
+  EXPECT_TRUE(is_alloc_plumbing("operator new[]"));
+  EXPECT_TRUE(is_alloc_plumbing("malloc"));
+  EXPECT_FALSE(is_alloc_plumbing("(anonymous namespace)::parse_request"));
+  EXPECT_FALSE(is_alloc_plumbing("standard_deviation"));
+}
+
+TEST(CliProfile, MemorySitesSkipAllocationPlumbingAtTheLeaf) {
+  SegmentBuilder b(meta("abcd-1", 1));
+  b.enc().alloc_event(T0 + 1, 1, 100, 0x10, std::vector<uint64_t>{0x1, 0x2, 0x3, 0x4});
+  b.enc().alloc_event(T0 + 2, 1, 50, 0x20, std::vector<uint64_t>{0x1, 0x2});  // all plumbing
+  b.symbols({{0x1, "std::__new_allocator<char>::allocate(unsigned long, void const*)", 0, "", 0},
+             {0x2, "void std::vector<int>::_M_realloc_insert<int>(int&&)", 0, "/v.tcc", 9},
+             {0x3, "app::fill(int)", 0, "/src/app.cc", 42},
+             {0x4, "main", 0, "/src/app.cc", 50}});
+  Profile p;
+  add_all(p, seg(b));
+  auto fn = group_alloc(p, Group::kFunction);
+  ASSERT_EQ(fn.size(), 2u);
+  EXPECT_EQ(label_of(p, fn[0].key), "app::fill");
+  EXPECT_EQ(label_of(p, fn[1].key), "std::vector::_M_realloc_insert");  // the last one stays
+  EXPECT_EQ(label_of(p, group_alloc(p, Group::kLine)[0].key), "app::fill app.cc:42");
+  EXPECT_EQ(label_of(p, group_alloc(p, Group::kStack)[0].key), "app::fill;main");
+  auto raw = group_alloc(p, Group::kFunction, /*trim=*/false);
+  ASSERT_EQ(raw.size(), 1u);
+  EXPECT_EQ(label_of(p, raw[0].key), "std::__new_allocator::allocate");
+  Profile full;
+  full.set_full_names(true);
+  add_all(full, seg(b));
+  EXPECT_EQ(label_of(full, group_alloc(full, Group::kFunction)[0].key), "app::fill(int)");
+}
+
 TEST(CliProfile, SymbolsOfALaterSegmentNameEarlierFrames) {
   SegmentBuilder s0(meta("abcd-1", 4096)), s1(meta("abcd-1", 4096));
   s0.enc().alloc_event(T0 + 1, 1, 100, 0x10, std::vector<uint64_t>{0x1000});
