@@ -53,8 +53,13 @@ Reports (summary, alloc, leaks, cpu, diff):
                         alloc and leaks), or line (the leaf's file:line, falling back to the
                         function or address without line information); cpu defaults to
                         function
-  --frames N            frames shown per stack (default 6)
-  --json                one JSON document instead of the table
+  --frames N            frames shown per stack (default 6; 4 in summary)
+  --all-frames          memory sites: keep leaf frames of the allocation plumbing (std::,
+                        __gnu_cxx::, operator new, malloc...); by default a site is named
+                        by the first frame outside them
+  --full-names          C++ names with template arguments and parameter lists (by default
+                        they are shortened as pprof does: std::vector::push_back)
+  --json                one JSON document instead of the table (full names and addresses)
   --by-thread           cpu: one table per thread
 
 flame:
@@ -65,7 +70,11 @@ flame:
                         inferno or speedscope instead
   --group line          label frames with file:line
   --by-thread           cpu: one tower per thread
+  --full-names          unshortened C++ names
   --title TEXT, --width PX
+                        In the SVG: click a frame to zoom, Escape or "Reset Zoom" to undo,
+                        Ctrl-F or "Search" to highlight a regular expression; ?s=REGEX and
+                        ?zoom=REGEX in the file URL do the same on opening
 
 export:
   --format F            pprof (default) or jsonl
@@ -86,6 +95,7 @@ run:
 
 Other options:
   --no-progress         no progress line (shown on a terminal for work over a second)
+  -q, --quiet           no lines about damaged input (analysis commands)
   -h, --help            this text
   --version             the d9 version
 )";

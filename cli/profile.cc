@@ -224,16 +224,18 @@ void Profile::find_origin(const std::vector<std::string>& files) {
 bool Profile::load(const std::vector<std::string>& inputs) {
   if (options_.filter.has_relative_time() && !origin_set_) find_origin(inputs);
   Progress progress(inputs.size(), total_file_bytes(inputs), options_.progress);
-  uint64_t done = 0;
+  progress_ = &progress;
+  progress_files_ = 0;
   for (const std::string& f : inputs) {
     std::string error = add_file(f);
     if (!error.empty() && !options_.quiet) {
       progress.clear();
       fprintf(stderr, "d9: %s\n", error.c_str());
     }
-    progress.update(++done, file_bytes + damaged_bytes_);
+    progress.update(++progress_files_, file_bytes + damaged_bytes_);
   }
   progress.clear();
+  progress_ = nullptr;
   finish();
   return files > unreadable;
 }
@@ -336,7 +338,8 @@ bool Profile::keep_tid(uint32_t tid) const {
 // segment) has been seen.
 class Profile::Folder : public decode::Visitor {
  public:
-  Folder(Profile& p, const std::string& path) : p_(p), path_(path) {}
+  Folder(Profile& p, const std::string& path, uint64_t file_size, uint64_t raw_size)
+      : p_(p), path_(path), file_size_(file_size), raw_size_(raw_size) {}
 
   void OnSchema(const decode::Schema& schema) override {
     if (bind_.size() <= schema.serial) bind_.resize(size_t{schema.serial} + 1);
@@ -367,6 +370,14 @@ class Profile::Folder : public decode::Visitor {
   }
 
   bool OnEvent(const decode::Event& e) override {
+    if (p_.progress_ && (++events_ & 0xFFFF) == 0) {
+      // Within a large file: the share of its raw stream decoded so far.
+      p_.progress_->update(p_.progress_files_,
+                           p_.file_bytes + p_.damaged_bytes_ +
+                               static_cast<uint64_t>(static_cast<double>(file_size_) *
+                                                     static_cast<double>(e.offset) /
+                                                     static_cast<double>(raw_size_ + 1)));
+    }
     const Binding& b = bind_[e.schema->serial];
     switch (b.kind) {
       case kOther:
@@ -641,6 +652,8 @@ class Profile::Folder : public decode::Visitor {
 
   Profile& p_;
   const std::string& path_;
+  const uint64_t file_size_, raw_size_;
+  uint64_t events_ = 0;
   std::vector<Binding> bind_;   // by schema serial
   std::vector<uint32_t> memo_;  // pool entry -> profile stack id
   uint32_t empty_stack_ = kUnset;
@@ -677,7 +690,7 @@ std::string Profile::add_bytes(const std::string& path, std::span<const uint8_t>
 std::string Profile::add_raw(const std::string& path, const RawSegment& seg) {
   ++files;
   if (!decoder_) decoder_ = std::make_unique<decode::Decoder>();
-  Folder folder(*this, path);
+  Folder folder(*this, path, seg.file_bytes(), seg.raw().size());
   decode::DecodeResult r;
   if (!seg.raw().empty() || seg.error().empty()) r = decoder_->Decode(seg.raw(), folder);
   const bool readable = r.events > 0;

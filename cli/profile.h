@@ -224,6 +224,8 @@ class Profile {
   uint64_t origin_mono_ = 0;
   bool warned_no_clock_ = false;
   uint64_t damaged_bytes_ = 0;  // on disk, of files not counted in file_bytes
+  Progress* progress_ = nullptr;  // during load()
+  uint64_t progress_files_ = 0;
   bool finished_ = false;
 
   std::unordered_map<std::string, uint32_t> process_by_key_;
