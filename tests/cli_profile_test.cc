@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "alloc/sampler.h"
 #include "cli/input.h"
@@ -489,6 +490,44 @@ TEST(CliProfile, ParsesTimes) {
   EXPECT_NE(err.find("soon"), std::string::npos);
   EXPECT_FALSE(parse_time("5 parsecs", &b, &err));
   EXPECT_FALSE(parse_time("2023-13-45", &b, &err));
+}
+
+// The live set's hash table against std::map, through growth and many deletions (the
+// backward-shift deletion must keep every probe run intact).
+TEST(CliLiveTable, MatchesAReferenceMap) {
+  LiveTable t;
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> ref;
+  uint64_t rng = 88172645463325252ULL;
+  auto next = [&] {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  };
+  for (int i = 0; i < 200000; ++i) {
+    // Few distinct addresses (reuse) and clustered timestamps: long probe runs.
+    uint64_t addr = 0x1000 + (next() % 512) * 16, ts = next() % 4096;
+    if (next() % 3) {
+      t.insert(addr, ts, {1, 2, addr ^ ts, 4});
+      ref[{addr, ts}] = addr ^ ts;
+    } else {
+      EXPECT_EQ(t.erase(addr, ts), ref.erase({addr, ts}) == 1);
+    }
+    if (i % 50000 == 0) {
+      ASSERT_EQ(t.size(), ref.size());
+    }
+  }
+  ASSERT_EQ(t.size(), ref.size());
+  size_t seen = 0;
+  t.for_each([&](uint64_t addr, uint64_t ts, const LiveAlloc& v) {
+    auto it = ref.find({addr, ts});
+    ASSERT_NE(it, ref.end());
+    EXPECT_EQ(v.size, it->second);
+    ++seen;
+  });
+  EXPECT_EQ(seen, ref.size());
+  for (const auto& [k, v] : ref) EXPECT_TRUE(t.erase(k.first, k.second));
+  EXPECT_TRUE(t.empty());
 }
 
 TEST(CliInputs, DirectoriesAreSearchedRecursivelyInSegmentOrder) {
