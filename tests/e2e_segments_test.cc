@@ -1,0 +1,817 @@
+// End-to-end tests of the segments libd9.so leaves on disk (issue 5): symbols written at
+// seal (inline frames, file:line, a library unloaded before the seal), the module map,
+// compression that stock tools read, rotation, retention, fork, exec, SIGKILL, file hygiene and
+// the bytes each allocation sample costs.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "tests/e2e_util.h"
+#include "writer/segment.h"
+
+extern char** environ;
+
+namespace d9::test {
+namespace {
+namespace fs = std::filesystem;
+
+std::string subject() {
+  return program("segments_subject");
+}
+std::string dso_path() {
+  return program("libsegments_dso.so");
+}
+
+std::string basename_of(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Runs a shell command (stock tools); true when it exits 0.
+bool shell(const std::string& command) {
+  return std::system(command.c_str()) == 0;
+}
+
+struct Module {
+  std::string path, build_id;
+  uint64_t start = 0, end = 0, bias = 0;
+};
+
+// One decoded segment: the typed trace, d9's module map, and every address found in any
+// stack-valued field of any event (allocations and the live set alike).
+struct Segment {
+  std::string path;
+  decode::Trace trace;
+  std::vector<Module> modules;
+  std::set<uint64_t> callchain_addrs;
+  std::map<uint64_t, std::vector<decode::SymbolTableEntry>> symbols;  // addr -> by depth
+  uint64_t seal_offset = 0;  // where the closing metadata starts: the bytes written before
+};
+
+Segment load(const std::string& path) {
+  Segment s;
+  s.path = path;
+  s.trace = decode::LoadTrace(path);
+  decode::RawTrace raw = decode::ReadTraceFile(path);
+  decode::ForEachEvent(raw.bytes, [&](const decode::Event& e) {
+    for (const decode::Value& v : e.values) {
+      for (uint64_t pc : v.stack()) s.callchain_addrs.insert(pc);
+    }
+    if (e.name() == "SegmentMetadataEvent" &&
+        e.Find("entries")->string_map().Find("segment.complete")) {
+      s.seal_offset = e.offset;
+    }
+    if (e.name() != "Libd9Module") return;
+    Module m;
+    m.path = std::string(e.Find("path")->str());
+    m.build_id = std::string(e.Find("build_id")->str());
+    m.start = e.Find("start")->u64();
+    m.end = e.Find("end")->u64();
+    m.bias = e.Find("bias")->u64();
+    s.modules.push_back(m);
+  });
+  for (const decode::SymbolTableEntry& e : s.trace.symbols) s.symbols[e.addr].push_back(e);
+  for (auto& [addr, chain] : s.symbols) {
+    std::sort(chain.begin(), chain.end(),
+              [](const auto& a, const auto& b) { return a.inline_depth < b.inline_depth; });
+  }
+  return s;
+}
+
+// What makes a segment stand alone: clock sync, its process's metadata, and a symbol chain
+// (depths 0..n-1, each named) for every address its stacks use.
+void expect_self_contained(const Segment& s) {
+  SCOPED_TRACE(s.path);
+  EXPECT_TRUE(s.trace.ok()) << s.trace.error;
+  EXPECT_GE(s.trace.clock_syncs.size(), 1u);
+  EXPECT_EQ(s.trace.metadata.count("boot_id"), 1u);
+  EXPECT_EQ(s.trace.metadata.count("process.pid"), 1u);
+  auto complete = s.trace.metadata.find("segment.complete");
+  EXPECT_TRUE(complete != s.trace.metadata.end() && complete->second == "true");
+  EXPECT_EQ(s.trace.unresolved_refs, 0u);
+  EXPECT_FALSE(s.callchain_addrs.empty());
+  EXPECT_FALSE(s.modules.empty());
+  size_t missing = 0;
+  for (uint64_t pc : s.callchain_addrs) {
+    auto it = s.symbols.find(pc);
+    if (it == s.symbols.end()) {
+      if (++missing <= 5) ADD_FAILURE() << "no SymbolTableEntry for 0x" << std::hex << pc;
+      continue;
+    }
+    for (size_t depth = 0; depth < it->second.size(); ++depth) {
+      EXPECT_EQ(it->second[depth].inline_depth, depth) << std::hex << "0x" << pc;
+      EXPECT_FALSE(it->second[depth].name.empty()) << std::hex << "0x" << pc;
+    }
+  }
+  EXPECT_EQ(missing, 0u) << "of " << s.callchain_addrs.size() << " addresses";
+}
+
+// trace.N.bin[.zst|.gz][.active] -> N; -1 if the name is something else.
+long segment_index(const std::string& path) {
+  std::string name = basename_of(path);
+  unsigned long index = 0;
+  int end = 0;
+  if (sscanf(name.c_str(), "trace.%lu.bin%n", &index, &end) != 1 || end == 0) return -1;
+  return static_cast<long>(index);
+}
+
+bool is_sealed(const std::string& path) {
+  std::string name = basename_of(path);
+  return name.ends_with(".bin") || name.ends_with(".bin.zst") || name.ends_with(".bin.gz");
+}
+
+uint64_t file_size(const std::string& path) {
+  std::error_code ec;
+  uint64_t n = fs::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+// Starts argv with libd9.so preloaded and `env` added, stdout and stderr to /dev/null;
+// for tests that must act on the process while it runs.
+pid_t spawn_preloaded(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  std::vector<std::string> flat;
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    if (kv.rfind("D9_", 0) == 0 || kv.rfind("LD_PRELOAD=", 0) == 0) continue;
+    flat.push_back(kv);
+  }
+  for (const std::string& kv : env) flat.push_back(kv);
+  flat.push_back("LD_PRELOAD=" + libd9_path());
+  std::vector<char*> envp, args;
+  for (auto& s : flat) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data()) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+class E2ESegments : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = make_temp_dir("e2e-segments");
+    ASSERT_FALSE(dir_.empty());
+  }
+  void TearDown() override {
+    if (!HasFailure()) remove_tree(dir_);
+  }
+
+  // The one process directory of a run that did not fork.
+  std::string only_process_dir() {
+    auto dirs = list_dirs(dir_);
+    EXPECT_EQ(dirs.size(), 1u);
+    return dirs.empty() ? "" : dirs[0];
+  }
+
+  std::string dir_;
+};
+
+// ---- 1. golden symbols ---------------------------------------------------------------------
+
+struct Expected {
+  std::string function;  // at inline depth 0 (the noinline function)
+  std::string helper;    // at inline depth 1 (the always_inline helper)
+  uint64_t call_line = 0, helper_line = 0;
+  std::string file;  // basename
+  uint64_t size = 0;
+  int count = 0;
+};
+
+// The leaf frame of every allocation of `e.size` bytes resolves to the outer function at
+// depth 0 (at the helper's call line) and the inlined helper at depth 1 (at the malloc).
+void expect_golden(const Segment& s, const Expected& e) {
+  SCOPED_TRACE(e.function);
+  int seen = 0;
+  std::set<uint64_t> leaves;
+  for (const decode::AllocEvent& a : s.trace.allocs) {
+    if (a.size != e.size) continue;
+    ++seen;
+    auto stack = s.trace.stack(a.stack);
+    ASSERT_FALSE(stack.empty());
+    leaves.insert(stack[0]);
+  }
+  EXPECT_EQ(seen, e.count) << "D9_SAMPLE_RATE=1 samples every allocation";
+  ASSERT_EQ(leaves.size(), 1u) << "one call site, one return address";
+  uint64_t leaf = *leaves.begin();
+  auto it = s.symbols.find(leaf);
+  ASSERT_NE(it, s.symbols.end()) << "no symbols for the leaf 0x" << std::hex << leaf;
+  const auto& chain = it->second;
+  ASSERT_EQ(chain.size(), 2u) << "outer function + inlined helper";
+  EXPECT_EQ(chain[0].inline_depth, 0u);
+  EXPECT_EQ(chain[0].name, e.function);
+  EXPECT_EQ(basename_of(chain[0].file), e.file);
+  EXPECT_EQ(chain[0].line, e.call_line);
+  EXPECT_EQ(chain[1].inline_depth, 1u);
+  EXPECT_EQ(chain[1].name, e.helper);
+  EXPECT_EQ(basename_of(chain[1].file), e.file);
+  EXPECT_EQ(chain[1].line, e.helper_line);
+  // The caller's frame (one up) is a real function of the same program too.
+  std::set<std::string> callers;
+  for (const decode::AllocEvent& a : s.trace.allocs) {
+    auto stack = s.trace.stack(a.stack);
+    if (a.size != e.size || stack.size() < 2) continue;
+    auto up = s.symbols.find(stack[1]);
+    if (up != s.symbols.end()) callers.insert(std::string(up->second[0].name));
+  }
+  EXPECT_EQ(callers.size(), 1u);
+}
+
+// Runs the golden subject; with `unload` the library is dlclosed before the seal.
+void golden_test(const std::string& dir, bool unload) {
+  RunResult r = run({subject(), "golden", dso_path(), unload ? "unload" : "keep"},
+                    {"D9_OUTPUT=" + dir, "D9_SAMPLE_RATE=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  Expected main_site, dso_site;
+  std::string main_file;
+  {
+    std::istringstream in(r.out);
+    std::string word, dso_word, unloaded_word;
+    int unloaded = -1;
+    in >> word >> word >> main_site.count >> main_file >> main_site.call_line >>
+        main_site.helper_line;
+    in >> word >> dso_word >> dso_site.count >> dso_site.call_line >> dso_site.helper_line >>
+        unloaded_word >> unloaded;
+    ASSERT_EQ(dso_word, "dso") << r.out;
+    ASSERT_EQ(unloaded, unload ? 1 : 0) << "is the library gone before the seal? " << r.out;
+  }
+  main_site.function = "golden::outer_alloc(unsigned long)";
+  main_site.helper = "golden::inline_helper(unsigned long)";
+  main_site.file = basename_of(main_file);
+  main_site.size = 4242;
+  dso_site.function = "segdso::dso_alloc(unsigned long)";
+  dso_site.helper = "segdso::dso_inline_helper(unsigned long)";
+  dso_site.file = "segments_dso.cc";
+  dso_site.size = 4343;
+  ASSERT_EQ(main_site.file, "segments_subject.cc");
+
+  auto segs = find_segments(dir);
+  ASSERT_EQ(segs.size(), 1u);
+  EXPECT_EQ(basename_of(segs[0]), "trace.0.bin.zst");
+  Segment s = load(segs[0]);
+  expect_self_contained(s);
+  expect_golden(s, main_site);
+  expect_golden(s, dso_site);
+
+  // The module map names the library, with its build-id and where it was mapped.
+  const Module* dso = nullptr;
+  std::string want = fs::weakly_canonical(dso_path()).string();
+  for (const Module& m : s.modules) {
+    if (fs::weakly_canonical(m.path).string() == want) dso = &m;
+  }
+  // The main executable is in the map too.
+  bool has_exe = false;
+  for (const Module& m : s.modules) has_exe |= basename_of(m.path) == "segments_subject";
+  EXPECT_TRUE(has_exe);
+  ASSERT_NE(dso, nullptr) << "no Libd9Module for " << want;
+  EXPECT_EQ(dso->build_id.size(), 40u) << dso->build_id;  // GNU build-id: sha1, in hex
+  EXPECT_LT(dso->start, dso->end);
+  EXPECT_LE(dso->bias, dso->start);
+  uint64_t dso_leaf = 0;
+  for (const decode::AllocEvent& a : s.trace.allocs) {
+    if (a.size == dso_site.size) dso_leaf = s.trace.stack(a.stack)[0];
+  }
+  EXPECT_TRUE(dso_leaf >= dso->start && dso_leaf < dso->end) << std::hex << dso_leaf;
+}
+
+// The acceptance golden test: names, inline frames and file:line in a -O2 -g program and
+// in a library it dlcloses before exit.
+TEST_F(E2ESegments, GoldenSymbolsWithInlineFramesAndAnUnloadedLibrary) {
+  golden_test(dir_, true);
+}
+
+// The same with the library still loaded at the seal: tells a problem with unloaded
+// libraries apart from one with the library's debug info.
+TEST_F(E2ESegments, GoldenSymbolsInALibraryStillLoadedAtSeal) {
+  golden_test(dir_, false);
+}
+
+// ---- 2. compression -----------------------------------------------------------------------
+
+// Two decodes of the same raw stream: the same events, metadata, stacks and symbols.
+void expect_same_trace(const decode::Trace& a, const decode::Trace& b) {
+  EXPECT_TRUE(a.ok()) << a.error;
+  EXPECT_TRUE(b.ok()) << b.error;
+  EXPECT_EQ(a.raw_bytes, b.raw_bytes);
+  EXPECT_EQ(a.decode.events, b.decode.events);
+  EXPECT_EQ(a.decode.frames, b.decode.frames);
+  EXPECT_EQ(a.stream_headers, b.stream_headers);
+  EXPECT_EQ(a.event_counts, b.event_counts);
+  EXPECT_EQ(a.metadata, b.metadata);
+  EXPECT_EQ(a.allocs, b.allocs);
+  EXPECT_EQ(a.frees, b.frees);
+  EXPECT_EQ(a.clock_syncs, b.clock_syncs);
+  EXPECT_EQ(a.overflows, b.overflows);
+  EXPECT_EQ(a.symbols, b.symbols);
+  ASSERT_EQ(a.stacks.size(), b.stacks.size());
+  for (decode::StackId id = 0; id < a.stacks.size(); ++id) {
+    auto x = a.stack(id), y = b.stack(id);
+    EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end())) << "stack " << id;
+  }
+}
+
+// A short run with plenty of samples, stacks and symbols; returns its one segment.
+std::string run_short(const std::string& dir, const std::vector<std::string>& extra_env) {
+  std::vector<std::string> env = {"D9_OUTPUT=" + dir, "D9_SAMPLE_RATE=4096"};
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
+  RunResult r = run({subject(), "steady", "0.3", "1048576"}, env);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  auto segs = find_segments(dir);
+  EXPECT_EQ(segs.size(), 1u);
+  return segs.empty() ? "" : segs[0];
+}
+
+TEST_F(E2ESegments, ZstdByDefaultOneFrameThatStockZstdDecompresses) {
+  std::string zst = run_short(dir_, {});
+  ASSERT_EQ(basename_of(zst), "trace.0.bin.zst");
+  std::vector<uint8_t> packed = read_bytes(zst);
+  ASSERT_GT(packed.size(), 4u);
+  EXPECT_EQ(ZSTD_findFrameCompressedSize(packed.data(), packed.size()), packed.size())
+      << "one zstd frame, nothing after it";
+
+  std::string raw_path = dir_ + "/stock.bin";
+  ASSERT_TRUE(shell("zstd -q -d -c '" + zst + "' > '" + raw_path + "'"));
+  std::vector<uint8_t> raw = read_bytes(raw_path);
+  ASSERT_GE(raw.size(), 5u);
+  EXPECT_EQ(std::string(raw.begin(), raw.begin() + 4), std::string("TRC\0", 4));
+  EXPECT_EQ(raw, decode::ReadTraceFile(zst).bytes);
+
+  decode::Trace from_zst = decode::LoadTrace(zst);
+  decode::Trace from_raw = decode::LoadTrace(raw_path);
+  EXPECT_EQ(from_zst.container, decode::Container::kZstd);
+  EXPECT_EQ(from_raw.container, decode::Container::kRaw);
+  EXPECT_GT(from_raw.allocs.size(), 100u);
+  EXPECT_FALSE(from_raw.symbols.empty());
+  expect_same_trace(from_zst, from_raw);
+  // Worth compressing (this workload's sizes and addresses are random: ~2.7x).
+  EXPECT_LT(packed.size() * 2, raw.size()) << packed.size() << " of " << raw.size();
+}
+
+TEST_F(E2ESegments, GzipIsOneMemberThatStockGzipDecompresses) {
+  std::string gz = run_short(dir_, {"D9_COMPRESS=gzip"});
+  ASSERT_EQ(basename_of(gz), "trace.0.bin.gz");
+  std::vector<uint8_t> packed = read_bytes(gz);
+  // One member: inflating a single gzip stream consumes the whole file.
+  z_stream z{};
+  ASSERT_EQ(inflateInit2(&z, 15 + 16), Z_OK);
+  std::vector<uint8_t> out(64 << 20);
+  z.next_in = packed.data();
+  z.avail_in = static_cast<uInt>(packed.size());
+  z.next_out = out.data();
+  z.avail_out = static_cast<uInt>(out.size());
+  int rc = inflate(&z, Z_FINISH);
+  size_t inflated = z.total_out;
+  inflateEnd(&z);
+  EXPECT_EQ(rc, Z_STREAM_END);
+  EXPECT_EQ(z.avail_in, 0u) << "bytes after the first gzip member";
+  out.resize(inflated);
+
+  ASSERT_TRUE(shell("gzip -t '" + gz + "'"));
+  std::string raw_path = dir_ + "/stock.bin";
+  ASSERT_TRUE(shell("gzip -dc '" + gz + "' > '" + raw_path + "'"));
+  std::vector<uint8_t> raw = read_bytes(raw_path);
+  EXPECT_EQ(raw, out);
+  EXPECT_EQ(raw, decode::ReadTraceFile(gz).bytes);
+  decode::Trace from_gz = decode::LoadTrace(gz);
+  decode::Trace from_raw = decode::LoadTrace(raw_path);
+  EXPECT_EQ(from_gz.container, decode::Container::kGzip);
+  EXPECT_GT(from_raw.allocs.size(), 100u);
+  expect_same_trace(from_gz, from_raw);
+}
+
+TEST_F(E2ESegments, CompressNoneLeavesARawSegment) {
+  std::string bin = run_short(dir_, {"D9_COMPRESS=none"});
+  ASSERT_EQ(basename_of(bin), "trace.0.bin");
+  decode::Trace t = decode::LoadTrace(bin);
+  EXPECT_EQ(t.container, decode::Container::kRaw);
+  EXPECT_EQ(t.raw_bytes, file_size(bin));
+  Segment s = load(bin);
+  expect_self_contained(s);
+}
+
+// ---- 3. rotation ---------------------------------------------------------------------------
+
+// Sealed segments of one process directory by index; fails on anything unexpected.
+std::map<long, std::string> sealed_by_index(const std::string& process_dir) {
+  std::map<long, std::string> out;
+  for (const std::string& path : find_segments(process_dir)) {
+    long index = segment_index(path);
+    EXPECT_GE(index, 0) << path;
+    EXPECT_TRUE(is_sealed(path)) << path << " left unsealed";
+    EXPECT_EQ(out.count(index), 0u) << "two files for index " << index;
+    out[index] = path;
+  }
+  return out;
+}
+
+constexpr uint64_t kMarker = 8 << 20;  // steady's last allocation
+
+TEST_F(E2ESegments, RotationAt64KAndOneSecondGivesSelfContainedSegments) {
+  auto start = std::chrono::steady_clock::now();
+  RunResult r = run(
+      {subject(), "steady", "5", std::to_string(kMarker)},
+      {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=262144", "D9_MAX_FILE_SIZE=64K", "D9_ROTATE_SECS=1"});
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  std::map<long, std::string> segs = sealed_by_index(only_process_dir());
+  std::printf("%zu segments in %.1f s\n", segs.size(), secs);
+  ASSERT_GE(segs.size(), 5u);
+  EXPECT_EQ(segs.begin()->first, 0);
+  EXPECT_EQ(segs.rbegin()->first, static_cast<long>(segs.size()) - 1) << "indices have gaps";
+
+  std::string boot_id;
+  uint64_t last_ts = 0;
+  int by_size = 0;
+  uint64_t marker_seen = 0;
+  uint64_t allocs = 0;
+  for (auto& [index, path] : segs) {
+    EXPECT_TRUE(path.ends_with(".bin.zst")) << path;
+    Segment s = load(path);  // alone: nothing carried over from the previous file
+    expect_self_contained(s);
+    if (boot_id.empty()) boot_id = s.trace.metadata["boot_id"];
+    EXPECT_EQ(s.trace.metadata["boot_id"], boot_id);
+    EXPECT_FALSE(s.trace.allocs.empty()) << path;
+    allocs += s.trace.allocs.size();
+    // Rotated once the file reaches 64K: it overshoots by what one drain adds, no more.
+    std::printf("  %s: %lu bytes before the seal, %zu samples\n", basename_of(path).c_str(),
+                static_cast<unsigned long>(s.seal_offset), s.trace.allocs.size());
+    EXPECT_GT(s.seal_offset, 0u);
+    EXPECT_LE(s.seal_offset, 2u * (64 << 10)) << path;
+    by_size += s.seal_offset >= (64 << 10);
+    // Samples are split between segments in order, never repeated.
+    for (const decode::AllocEvent& a : s.trace.allocs) {
+      EXPECT_GE(a.ts, last_ts) << path;
+      last_ts = std::max(last_ts, a.ts);
+      if (a.size == kMarker) {
+        ++marker_seen;
+        EXPECT_EQ(index, segs.rbegin()->first) << "the last allocation is in the last segment";
+      }
+    }
+  }
+  EXPECT_EQ(marker_seen, 1u);
+  EXPECT_GE(by_size, 2) << "segments rotated by size";
+  std::printf("%lu allocation samples\n", static_cast<unsigned long>(allocs));
+}
+
+// ---- 4. retention --------------------------------------------------------------------------
+
+TEST_F(E2ESegments, RetentionDeletesTheOldestAndCapsDiskUse) {
+  constexpr uint64_t kMaxTotal = 256 << 10;
+  // Watch the directory while the program runs: the cap holds at every moment, not only
+  // after exit.
+  std::atomic<bool> done{false};
+  uint64_t worst_total = 0, biggest = 0;
+  std::set<long> ever_seen;
+  std::thread watcher([&] {
+    while (!done.load()) {
+      uint64_t total = 0;
+      for (const std::string& path : find_segments(dir_)) {
+        if (!is_sealed(path)) continue;
+        uint64_t n = file_size(path);
+        total += n;
+        biggest = std::max(biggest, n);
+        ever_seen.insert(segment_index(path));
+      }
+      worst_total = std::max(worst_total, total);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  RunResult r = run({subject(), "steady", "2.5", std::to_string(kMarker)},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=65536", "D9_MAX_FILE_SIZE=64K",
+                     "D9_MAX_TOTAL_SIZE=256K", "D9_COMPRESS=none"});
+  done.store(true);
+  watcher.join();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+
+  std::map<long, std::string> segs = sealed_by_index(only_process_dir());
+  ASSERT_FALSE(segs.empty());
+  uint64_t total = 0;
+  for (auto& [index, path] : segs) {
+    total += file_size(path);
+    biggest = std::max(biggest, file_size(path));
+  }
+  long oldest = segs.begin()->first, newest = segs.rbegin()->first;
+  std::printf("kept %zu segments (%ld..%ld), %lu bytes; worst seen %lu; biggest segment %lu\n",
+              segs.size(), oldest, newest, static_cast<unsigned long>(total),
+              static_cast<unsigned long>(worst_total), static_cast<unsigned long>(biggest));
+  ASSERT_GE(newest, 8) << "the run must write several times the cap";
+  EXPECT_GT(oldest, 0) << "the oldest segments are deleted";
+  EXPECT_EQ(static_cast<size_t>(newest - oldest + 1), segs.size())
+      << "only the oldest are deleted: the survivors are a contiguous run";
+  EXPECT_LE(total, kMaxTotal + biggest);
+  EXPECT_LE(worst_total, kMaxTotal + biggest);
+  EXPECT_GT(total, kMaxTotal / 2) << "retention deletes no more than it must";
+  // The newest segment is always kept: it holds the program's last allocation.
+  Segment last = load(segs.rbegin()->second);
+  expect_self_contained(last);
+  bool marker = false;
+  for (const decode::AllocEvent& a : last.trace.allocs) marker |= a.size == kMarker;
+  EXPECT_TRUE(marker);
+  for (auto& [index, path] : segs) expect_self_contained(load(path));
+}
+
+// ---- 5. fork -------------------------------------------------------------------------------
+
+TEST_F(E2ESegments, ForkedChildrenWriteTheirOwnDirectories) {
+  RunResult r = run({subject(), "fork"}, {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  std::map<std::string, uint64_t> size_of_pid;  // pid -> the size only it allocates
+  std::string parent_pid;
+  {
+    std::istringstream in(r.out);
+    std::string word;
+    while (in >> word) {
+      if (word == "child") {
+        int c;
+        std::string pid;
+        in >> c >> pid;
+        size_of_pid[pid] = 5000 + c;
+      } else if (word == "parent") {
+        in >> parent_pid;
+      }
+    }
+  }
+  ASSERT_EQ(size_of_pid.size(), 3u) << r.out;
+  ASSERT_FALSE(parent_pid.empty()) << r.out;
+  size_of_pid[parent_pid] = 6000;
+
+  auto dirs = list_dirs(dir_);
+  ASSERT_EQ(dirs.size(), 4u);
+  std::set<std::string> pids_seen;
+  for (const std::string& d : dirs) {
+    std::string name = basename_of(d);
+    SCOPED_TRACE(name);
+    ASSERT_GT(name.size(), 5u);
+    std::string pid = name.substr(5);
+    ASSERT_EQ(size_of_pid.count(pid), 1u) << "a directory for an unknown process";
+    pids_seen.insert(pid);
+    std::map<long, std::string> segs = sealed_by_index(d);
+    ASSERT_FALSE(segs.empty());
+    std::map<uint64_t, uint64_t> count_by_size;
+    for (auto& [index, path] : segs) {
+      Segment s = load(path);
+      expect_self_contained(s);
+      EXPECT_EQ(s.trace.metadata["process.pid"], pid);
+      EXPECT_EQ(s.trace.metadata["boot_id"], name);
+      for (const decode::AllocEvent& a : s.trace.allocs) {
+        if (a.size >= 5000 && a.size <= 6001) ++count_by_size[a.size];
+      }
+      // A child's own site resolves in the child's own segment.
+      if (pid != parent_pid) {
+        uint64_t want = size_of_pid[pid];
+        std::string site = "child_site_" + std::to_string(want - 5000) + "(int)";
+        bool named = false;
+        for (const decode::AllocEvent& a : s.trace.allocs) {
+          auto stack = s.trace.stack(a.stack);
+          if (a.size != want || stack.size() < 2) continue;
+          auto up = s.symbols.find(stack[1]);  // steady_leaf, then the child's site
+          named |= up != s.symbols.end() && up->second[0].name == site;
+        }
+        EXPECT_TRUE(named) << site;
+      }
+    }
+    if (pid == parent_pid) {
+      EXPECT_EQ(count_by_size[6000], 100u);
+      EXPECT_EQ(count_by_size[6001], 150u) << "the samples pending at fork stay the parent's";
+      for (uint64_t c = 0; c < 3; ++c) EXPECT_EQ(count_by_size[5000 + c], 0u);
+    } else {
+      uint64_t want = size_of_pid[pid];
+      EXPECT_EQ(count_by_size[want], 100u);
+      for (auto& [size, n] : count_by_size) {
+        if (size != want) {
+          EXPECT_EQ(n, 0u) << size << " is not this child's";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(pids_seen.size(), 4u);
+}
+
+// exec without fork: the old image's segment is sealed (symbolized, compressed) before the
+// image is replaced, and the new image is profiled into a directory of its own.
+TEST_F(E2ESegments, ExecSealsTheOldImageAndProfilesTheNewOne) {
+  RunResult r = run({subject(), "exec", subject()}, {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  auto dirs = list_dirs(dir_);
+  ASSERT_EQ(dirs.size(), 2u) << "one directory per image";
+  EXPECT_EQ(basename_of(dirs[0]).substr(5), basename_of(dirs[1]).substr(5)) << "same pid";
+  std::map<uint64_t, std::set<std::string>> dirs_by_size;  // 7001: old image, 7002: new
+  for (const std::string& d : dirs) {
+    std::map<long, std::string> segs = sealed_by_index(d);
+    ASSERT_FALSE(segs.empty());
+    for (auto& [index, path] : segs) {
+      EXPECT_TRUE(path.ends_with(".bin.zst")) << path;
+      Segment s = load(path);
+      expect_self_contained(s);
+      for (const decode::AllocEvent& a : s.trace.allocs) {
+        if (a.size == 7001 || a.size == 7002) dirs_by_size[a.size].insert(d);
+      }
+    }
+  }
+  ASSERT_EQ(dirs_by_size[7001].size(), 1u);
+  ASSERT_EQ(dirs_by_size[7002].size(), 1u);
+  EXPECT_NE(*dirs_by_size[7001].begin(), *dirs_by_size[7002].begin());
+}
+
+// ---- 6. SIGKILL ----------------------------------------------------------------------------
+
+TEST_F(E2ESegments, SigkillLeavesSealedSegmentsAndADecodableActiveOne) {
+  pid_t pid = spawn_preloaded({subject(), "steady", "30", "1"},
+                              {"D9_OUTPUT=" + dir_, "D9_ROTATE_SECS=1", "D9_SAMPLE_RATE=65536"});
+  ASSERT_GT(pid, 0);
+  // ~2.5 s: two segments sealed by age, the third being written. A slow machine gets up
+  // to 10 s to seal the first two (without rotation by age they never come).
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  for (int i = 0; i < 75; ++i) {
+    int sealed = 0;
+    for (const std::string& path : find_segments(dir_)) sealed += is_sealed(path);
+    if (sealed >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+  std::vector<std::string> sealed, active;
+  for (const std::string& path : find_segments(only_process_dir())) {
+    (path.ends_with(".active") ? active : sealed).push_back(path);
+  }
+  ASSERT_GE(sealed.size(), 2u) << "rotation at 1 s, killed after 2.5 s";
+  for (const std::string& path : sealed) {
+    EXPECT_TRUE(path.ends_with(".bin.zst")) << path;
+    Segment s = load(path);
+    expect_self_contained(s);
+    // Rotated by age (the size limit is the default 32M): about a second of samples each.
+    ASSERT_FALSE(s.trace.allocs.empty());
+    uint64_t span = s.trace.allocs.back().ts - s.trace.allocs.front().ts;
+    EXPECT_LT(span, 1500000000u) << path;
+  }
+  ASSERT_EQ(active.size(), 1u);
+  long newest_sealed = 0;
+  for (const std::string& path : sealed)
+    newest_sealed = std::max(newest_sealed, segment_index(path));
+  EXPECT_EQ(segment_index(active[0]), newest_sealed + 1);
+  decode::Trace t = decode::LoadTrace(active[0]);
+  // A prefix: whole frames, perhaps cut inside the last one, never anything worse.
+  EXPECT_TRUE(t.decode.status == decode::DecodeStatus::kOk ||
+              t.decode.status == decode::DecodeStatus::kTruncated)
+      << t.error;
+  EXPECT_GE(t.clock_syncs.size(), 1u);
+  EXPECT_EQ(t.metadata.count("boot_id"), 1u);
+  EXPECT_EQ(t.metadata.count("segment.complete"), 0u);
+  EXPECT_FALSE(t.allocs.empty());
+  for (const decode::AllocEvent& a : t.allocs) EXPECT_FALSE(t.stack(a.stack).empty());
+}
+
+// ---- 7. file hygiene -----------------------------------------------------------------------
+
+TEST_F(E2ESegments, PrivateModesAndNoDescriptorLeaksIntoExecdChildren) {
+  std::string out = dir_ + "/nested/out";
+  RunResult r = run({subject(), "fds", subject()}, {"D9_OUTPUT=" + out, "D9_SAMPLE_RATE=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  std::map<std::string, int> fds_by_tag;
+  int trace_fds_in_self = 0;
+  std::istringstream in(r.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string tag, fd_word, fd, arrow, target;
+    words >> tag >> fd_word >> fd >> arrow;
+    std::getline(words, target);
+    ++fds_by_tag[tag];
+    bool trace_file = target.find(out) != std::string::npos;
+    if (tag == "self" || tag == "self2") {
+      trace_fds_in_self += trace_file;
+    } else {
+      EXPECT_FALSE(trace_file) << tag << " child inherited " << line;
+    }
+  }
+  // Without an open trace file in the parent there would be nothing to leak.
+  EXPECT_GE(trace_fds_in_self, 2) << r.out;
+  EXPECT_GE(fds_by_tag["spawn"], 3) << r.out;
+  EXPECT_GE(fds_by_tag["exec"], 3) << r.out;
+
+  // Directories d9 created are 0700, files 0600.
+  int dirs = 0, files = 0;
+  for (const std::string& d : {dir_ + "/nested", out}) {
+    struct stat st;
+    ASSERT_EQ(stat(d.c_str(), &st), 0) << d;
+    EXPECT_EQ(st.st_mode & 07777, 0700u) << d;
+  }
+  for (auto& e : fs::recursive_directory_iterator(out)) {
+    struct stat st;
+    ASSERT_EQ(lstat(e.path().c_str(), &st), 0);
+    if (S_ISDIR(st.st_mode)) {
+      ++dirs;
+      EXPECT_EQ(st.st_mode & 07777, 0700u) << e.path();
+    } else {
+      ++files;
+      EXPECT_TRUE(S_ISREG(st.st_mode)) << e.path();
+      EXPECT_EQ(st.st_mode & 07777, 0600u) << e.path();
+    }
+  }
+  EXPECT_GE(dirs, 1);
+  EXPECT_GE(files, 1);
+}
+
+// Segment::open itself: a symlink planted where the active file goes is never followed,
+// whether it points at an existing file or at a name not yet created.
+TEST(SegmentFiles, SymlinkPlantedAtTheActivePathIsNotFollowed) {
+  std::string dir = make_temp_dir("segment-symlink");
+  ASSERT_FALSE(dir.empty());
+  std::string victim = dir + "/victim";
+  { std::ofstream(victim) << "precious"; }
+  ASSERT_EQ(symlink(victim.c_str(), (dir + "/trace.0.bin.active").c_str()), 0);
+  ASSERT_EQ(symlink((dir + "/not-yet").c_str(), (dir + "/trace.1.bin.active").c_str()), 0);
+  StringMap metadata = {{"boot_id", "test-1"}};
+
+  d9::Segment a;
+  EXPECT_FALSE(a.open(dir, "trace", 0, metadata));
+  EXPECT_FALSE(a.is_open());
+  EXPECT_NE(a.error().find("trace.0.bin.active"), std::string::npos) << a.error();
+  std::ifstream in(victim);
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(content, "precious");
+  struct stat st;
+  ASSERT_EQ(lstat((dir + "/trace.0.bin.active").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+
+  d9::Segment b;
+  EXPECT_FALSE(b.open(dir, "trace", 1, metadata));
+  EXPECT_FALSE(fs::exists(dir + "/not-yet")) << "a dangling symlink was followed";
+
+  // A clean name still works, with mode 0600 whatever the umask allows.
+  d9::Segment c;
+  ASSERT_TRUE(c.open(dir, "trace", 2, metadata)) << c.error();
+  ASSERT_EQ(stat((dir + "/trace.2.bin.active").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  c.discard();
+  EXPECT_FALSE(fs::exists(dir + "/trace.2.bin.active"));
+  if (!::testing::Test::HasFailure()) remove_tree(dir);
+}
+
+// ---- 8. bytes per allocation sample --------------------------------------------------------
+
+TEST_F(E2ESegments, BytesPerAllocationSampleOnARealisticRun) {
+  RunResult r = run({program("demo_service")}, {"D9_OUTPUT=" + dir_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  uint64_t bytes = 0, raw = 0, samples = 0, live = 0;
+  for (const std::string& path : find_segments(dir_)) {
+    ASSERT_TRUE(path.ends_with(".bin.zst")) << path;
+    bytes += file_size(path);
+    decode::Trace t = decode::LoadTrace(path);
+    ASSERT_TRUE(t.ok()) << t.error;
+    raw += t.raw_bytes;
+    samples += t.allocs.size();
+    live += t.EventCount("Libd9LiveAllocation");
+  }
+  ASSERT_GT(samples, 1000u) << "too few samples to measure";
+  double per_sample = static_cast<double>(bytes) / static_cast<double>(samples);
+  std::printf(
+      "demo_service: %lu allocation samples (%lu live at exit), %lu bytes raw, %lu "
+      "compressed: %.1f B/sample compressed, %.1f raw\n",
+      static_cast<unsigned long>(samples), static_cast<unsigned long>(live),
+      static_cast<unsigned long>(raw), static_cast<unsigned long>(bytes), per_sample,
+      static_cast<double>(raw) / static_cast<double>(samples));
+  RecordProperty("bytes_per_alloc_sample", std::to_string(per_sample));
+  EXPECT_LE(per_sample, 40.0) << "issue 5 target: <= 40 B per allocation sample";
+}
+
+}  // namespace
+}  // namespace d9::test
