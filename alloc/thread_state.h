@@ -19,7 +19,7 @@ struct ThreadState {
   uint8_t initialised;
   uint8_t in_d9;     // reentrancy guard: set while d9 code runs on this thread
   uint8_t internal;  // d9's own threads (writer): their allocations are never sampled
-  uint8_t unused;
+  uint8_t in_dlclose;  // inside dlclose: nested dlcloses (from destructors) must not wait
   uint64_t reserved;
 };
 static_assert(sizeof(ThreadState) == 32, "ThreadState is on every allocation's path: keep it small");

@@ -532,3 +532,20 @@ D9_EXPORT int fexecve(int fd, char* const argv[], char* const envp[]) {
   d9::runtime::before_exec();
   return fn(fd, argv, envp);
 }
+
+// ---- dlclose: keep the library's symbols --------------------------------------------
+// Samples may hold addresses in a library about to be unloaded; the writer takes note of
+// the mapped modules first, so those addresses still resolve at the next seal.
+
+D9_EXPORT int dlclose(void* handle) {
+  using DlcloseFn = int (*)(void*);
+  static const auto real_dlclose = next_symbol<DlcloseFn>("dlclose");
+  uint8_t nested = tls_state.in_dlclose;
+  // A dlclose from a destructor run by another dlclose may hold the loader lock, which the
+  // writer needs: only the outermost one waits.
+  if (!nested) d9::runtime::before_dlclose();
+  tls_state.in_dlclose = 1;
+  int rc = real_dlclose(handle);
+  tls_state.in_dlclose = nested;
+  return rc;
+}

@@ -136,10 +136,15 @@ pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t g_done_cv;
 std::atomic<bool> g_stop{false};
 bool g_done = false;
-// Seal requests (before exec): the requester bumps g_seal_requested and waits until the
-// writer has caught up in g_seals_done.
-std::atomic<uint64_t> g_seal_requested{0};
-uint64_t g_seals_done = 0;  // guarded by g_mu
+// Work other threads ask of the writer and wait for: a seal (before exec) and a module
+// snapshot (before dlclose). The requester bumps `requested` and waits until the writer
+// has caught up in `done`.
+struct Request {
+  std::atomic<uint64_t> requested{0};
+  uint64_t done = 0;  // guarded by g_mu
+};
+Request g_seal_request;
+Request g_modules_request;
 pid_t g_writer_pid = 0;     // process the writer belongs to
 bool g_writer_started = false;
 
@@ -152,8 +157,10 @@ void init_sync() {
   pthread_condattr_destroy(&attr);
   g_stop.store(false);
   g_done = false;
-  g_seal_requested.store(0);
-  g_seals_done = 0;
+  for (Request* r : {&g_seal_request, &g_modules_request}) {
+    r->requested.store(0);
+    r->done = 0;
+  }
   g_writer_pid = getpid();
 }
 
@@ -202,12 +209,17 @@ constexpr uint64_t kSecond = 1000000000ULL;
 
 // A failed open or write (full disk, removed directory): the segment is dropped whole and
 // counted, the host is unaffected, and d9 tries again a second later.
-void segment_failed(Writer& w) {
+void log_rate_limited(Writer& w, const std::string& message) {
   uint64_t now = monotonic_ns();
   if (w.last_error_log_ns == 0 || now - w.last_error_log_ns > 60 * kSecond) {
-    log::line(w.segment.error().c_str(), "; segment dropped, retrying");
+    log::line(message.c_str());
     w.last_error_log_ns = now;
   }
+}
+
+void segment_failed(Writer& w) {
+  log_rate_limited(w, w.segment.error() + "; segment dropped, retrying");
+  uint64_t now = monotonic_ns();
   w.segment.discard();
   ++w.segments_dropped;
   w.retry_after_ns = now + kSecond;
@@ -256,12 +268,27 @@ void enforce_retention(const Writer& w) {
   }
 }
 
+// One past the highest segment index already in dir (0 for a new directory), so a
+// directory name that happens to be reused never has its segments overwritten.
+uint64_t next_free_index(const std::string& dir) {
+  uint64_t next = 0;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return 0;
+  while (dirent* e = readdir(d)) {
+    unsigned long long index;
+    if (sscanf(e->d_name, "trace.%llu.bin", &index) == 1 && index + 1 > next) next = index + 1;
+  }
+  closedir(d);
+  return next;
+}
+
 bool open_segment(Writer& w) {
   if (!make_dirs(w.dir)) {
     w.segment.discard();
     turn_off("cannot create output directory " + w.dir + ": " + strerror(errno));
     return false;
   }
+  if (w.next_index == 0) w.next_index = next_free_index(w.dir);
   if (!w.segment.open(w.dir, "trace", w.next_index, w.metadata)) {
     segment_failed(w);
     return false;
@@ -291,7 +318,11 @@ void seal(Writer& w) {
   if (g_options.compress == Compression::kGzip) options.compression = SealCompression::kGzip;
   if (options.symbolize || options.compression) options.tools = seal_tools(w);
   w.segment.seal(options);
-  if (!w.segment.error().empty()) segment_failed(w);
+  if (!w.segment.error().empty()) {
+    segment_failed(w);
+  } else if (!w.segment.compress_error().empty()) {
+    log_rate_limited(w, w.segment.compress_error() + "; segment kept uncompressed");
+  }
   enforce_retention(w);
 }
 
@@ -316,6 +347,18 @@ void write_pending(Writer& w) {
   }
 }
 
+// Runs `work` if another thread asked for it, then tells the waiters.
+template <class Work>
+void serve(Request& r, Work work) {
+  uint64_t requested = r.requested.load(std::memory_order_acquire);
+  if (requested == r.done) return;
+  work();
+  pthread_mutex_lock(&g_mu);
+  r.done = requested;
+  pthread_cond_broadcast(&g_done_cv);
+  pthread_mutex_unlock(&g_mu);
+}
+
 void* writer_main(void*) {
   tls_state.internal = 1;  // never sample d9's own allocations
   auto* w = new Writer;
@@ -328,14 +371,12 @@ void* writer_main(void*) {
     alloc::wait_for_work(kDrainIntervalNs);
     if (g_stop.load(std::memory_order_acquire)) break;
     write_pending(*w);
-    uint64_t requested = g_seal_requested.load(std::memory_order_acquire);
-    if (requested != g_seals_done) {
-      seal(*w);  // before exec: the next events open the next segment
-      pthread_mutex_lock(&g_mu);
-      g_seals_done = requested;
-      pthread_cond_broadcast(&g_done_cv);
-      pthread_mutex_unlock(&g_mu);
-    }
+    serve(g_modules_request, [&] {
+      if (SealTools* tools = g_options.symbolize ? seal_tools(*w) : nullptr) {
+        tools->refresh_modules();
+      }
+    });
+    serve(g_seal_request, [&] { seal(*w); });  // before exec: next events, next segment
   }
 
   w->retry_after_ns = 0;
@@ -406,22 +447,33 @@ __attribute__((destructor)) void d9_stop() {
 
 const Options& options() { return g_options; }
 
-void before_exec() {
+namespace {
+
+// Asks the writer for `r` and waits up to `wait_secs` for it to be done. Not from d9's own
+// threads (the writer would wait for itself), nor from a vfork child, which shares its
+// parent's memory and writer.
+void ask_writer(Request& r, int wait_secs) {
   if (g_state.load(std::memory_order_acquire) != kOn || !g_writer_started) return;
-  if (getpid() != g_writer_pid) return;  // vfork child: the writer belongs to the parent
+  if (tls_state.internal || getpid() != g_writer_pid) return;
   ReentryGuard guard;
   int saved = errno;
-  uint64_t ticket = g_seal_requested.fetch_add(1, std::memory_order_acq_rel) + 1;
+  uint64_t ticket = r.requested.fetch_add(1, std::memory_order_acq_rel) + 1;
   alloc::nudge_writer();
   pthread_mutex_lock(&g_mu);
   timespec until = deadline_after(0);
-  until.tv_sec += kExitWaitSecs;
-  while (g_seals_done < ticket && !g_done) {
+  until.tv_sec += wait_secs;
+  while (r.done < ticket && !g_done) {
     if (pthread_cond_timedwait(&g_done_cv, &g_mu, &until) == ETIMEDOUT) break;
   }
   pthread_mutex_unlock(&g_mu);
   errno = saved;
 }
+
+}  // namespace
+
+void before_exec() { ask_writer(g_seal_request, kExitWaitSecs); }
+
+void before_dlclose() { ask_writer(g_modules_request, 1); }
 
 bool at_sample_point(size_t size) {
   ThreadState& t = tls_state;

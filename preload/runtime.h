@@ -24,6 +24,11 @@ bool at_sample_point(size_t size);
 // which shares its parent's memory and writer.
 void before_exec();
 
+// Called by dlclose before a library is unloaded: the writer takes note of the modules
+// mapped now, so the library's addresses in samples still resolve at the next seal.
+// Waits a bounded time; does nothing on d9's own threads or in a vfork child.
+void before_dlclose();
+
 // The options in force (valid once start-up has run).
 const Options& options();
 

@@ -34,6 +34,8 @@ class Tools final : public SealTools {
     return out;
   }
 
+  void refresh_modules() override { symbolizer_.refresh_modules(); }
+
   bool compress(std::span<const uint8_t> data, SealCompression how, std::vector<uint8_t>* out,
                 std::string* error) override {
     return how == SealCompression::kZstd ? zstd(data, out, error) : gzip(data, out, error);

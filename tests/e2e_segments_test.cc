@@ -673,7 +673,8 @@ TEST_F(E2ESegments, SigkillLeavesSealedSegmentsAndADecodableActiveOne) {
   }
   ASSERT_GE(sealed.size(), 2u) << "rotation at 1 s, killed after 2.5 s";
   for (const std::string& path : sealed) {
-    EXPECT_TRUE(path.ends_with(".bin.zst")) << path;
+    // Killed while compressing, the newest may still be a sealed `.bin`.
+    EXPECT_TRUE(path.ends_with(".bin.zst") || path.ends_with(".bin")) << path;
     Segment s = load(path);
     expect_self_contained(s);
     // Rotated by age (the size limit is the default 32M): about a second of samples each.
@@ -681,7 +682,9 @@ TEST_F(E2ESegments, SigkillLeavesSealedSegmentsAndADecodableActiveOne) {
     uint64_t span = s.trace.allocs.back().ts - s.trace.allocs.front().ts;
     EXPECT_LT(span, 1500000000u) << path;
   }
-  ASSERT_EQ(active.size(), 1u);
+  // Killed between a seal and the next segment's first write, there is no active file.
+  ASSERT_LE(active.size(), 1u);
+  if (active.empty()) return;
   long newest_sealed = 0;
   for (const std::string& path : sealed)
     newest_sealed = std::max(newest_sealed, segment_index(path));

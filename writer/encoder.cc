@@ -32,7 +32,8 @@ constexpr FieldSpec kModuleFields[] = {{"path", T(FieldType::kString)},
                                        {"build_id", T(FieldType::kString)},
                                        {"start", T(FieldType::kVarint)},
                                        {"end", T(FieldType::kVarint)},
-                                       {"bias", T(FieldType::kVarint)}};
+                                       {"bias", T(FieldType::kVarint)},
+                                       {"loaded", T(FieldType::kBool)}};
 constexpr FieldSpec kSymbolFields[] = {{"addr", T(FieldType::kVarint)},
                                        {"size", T(FieldType::kVarint)},
                                        {"symbol_name", T(FieldType::kPooledString)},
@@ -211,13 +212,14 @@ void Encoder::live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64
 }
 
 void Encoder::module_entry(std::string_view path, std::string_view build_id, uint64_t start,
-                           uint64_t end, uint64_t bias) {
+                           uint64_t end, uint64_t bias, bool loaded) {
   event_header(kModule, 0);
   put_bytes(path);
   put_bytes(build_id);
   put_varint(start);
   put_varint(end);
   put_varint(bias);
+  put_u8(loaded ? 1 : 0);
 }
 
 void Encoder::symbol_entry(uint64_t addr, uint64_t size, std::string_view name,

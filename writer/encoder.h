@@ -55,7 +55,7 @@ class Encoder {
   // d9's own event (no timestamp): one module of the process, so a segment can be
   // symbolized offline (`d9 symbolize`) when it was sealed without symbols.
   void module_entry(std::string_view path, std::string_view build_id, uint64_t start,
-                    uint64_t end, uint64_t bias);
+                    uint64_t end, uint64_t bias, bool loaded);
   void symbol_entry(uint64_t addr, uint64_t size, std::string_view name, uint64_t inline_depth,
                     std::string_view file, uint64_t line);
 

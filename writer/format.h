@@ -56,7 +56,7 @@ inline constexpr char kMemoryProfileOverflowEvent[] = "MemoryProfileOverflowEven
 inline constexpr char kSymbolTableEntry[] = "SymbolTableEntry";
 // d9's own, untimestamped: a sampled allocation still live at seal (see encoder.h).
 inline constexpr char kLiveAllocation[] = "Libd9LiveAllocation";
-// d9's own, untimestamped: one module (path, build-id, range, load bias) of the process.
+// d9's own, untimestamped: one module (path, build-id, range, load bias, still loaded?).
 inline constexpr char kModuleEntry[] = "Libd9Module";
 
 // Magic bytes of the compressed containers segments may come in.

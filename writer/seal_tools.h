@@ -39,6 +39,8 @@ class SealTools {
   virtual const std::vector<SymbolFrame>& resolve(uint64_t addr) = 0;
   // Every module seen so far, including unloaded ones.
   virtual std::vector<ModuleInfo> modules() = 0;
+  // Takes note of the modules mapped now, so they stay resolvable after a dlclose.
+  virtual void refresh_modules() = 0;
   // `data` as one zstd frame or one gzip member.
   virtual bool compress(std::span<const uint8_t> data, SealCompression how,
                         std::vector<uint8_t>* out, std::string* error) = 0;

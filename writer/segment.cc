@@ -1,6 +1,7 @@
 #include "writer/segment.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -45,6 +46,7 @@ bool Segment::open(const std::string& dir, const std::string& stem, uint64_t ind
   bytes_written_ = 0;
   compressed_bytes_ = 0;
   error_.clear();
+  compress_error_.clear();
 
   // ClockSync first, so readers looking in the first events find the wall-clock anchor.
   Encoder head;
@@ -94,7 +96,7 @@ void Segment::write_symbols(SealTools& tools) {
   Encoder sym;
   sym.begin_stream();
   for (const ModuleInfo& m : tools.modules()) {
-    sym.module_entry(m.path, m.build_id, m.start, m.end, m.bias);
+    sym.module_entry(m.path, m.build_id, m.start, m.end, m.bias, m.loaded);
   }
   for (uint64_t addr : events_.frame_addresses()) {
     const std::vector<SymbolFrame>& frames = tools.resolve(addr);
@@ -125,7 +127,9 @@ std::string Segment::seal(const SealOptions& options) {
     unlink(active_path_.c_str());
     return "";
   }
-  if (rename(active_path_.c_str(), sealed_path_.c_str()) != 0) {
+  // Never over an existing segment (a reused directory name, say).
+  if (renameat2(AT_FDCWD, active_path_.c_str(), AT_FDCWD, sealed_path_.c_str(),
+                RENAME_NOREPLACE) != 0) {
     error_ = "cannot rename " + active_path_ + ": " + strerror(errno);
     return "";
   }
@@ -150,20 +154,23 @@ std::string Segment::compress(SealTools& tools, SealCompression how) {
   std::vector<uint8_t> packed;
   std::string why;
   if (!tools.compress(raw, how, &packed, &why)) {
-    error_ = "cannot compress " + sealed_path_ + ": " + why;
+    compress_error_ = "cannot compress " + sealed_path_ + ": " + why;
     return "";
   }
   // Written under a temporary name and renamed, so a reader never sees half a file.
   std::string out = sealed_path_ + (how == SealCompression::kZstd ? ".zst" : ".gz");
   std::string tmp = out + ".tmp";
+  // A failure here keeps the uncompressed segment: reported, but nothing is lost.
   fd_ = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd_ < 0) {
-    error_ = "cannot create " + tmp + ": " + strerror(errno);
+    compress_error_ = "cannot create " + tmp + ": " + strerror(errno);
     return "";
   }
   bool ok = write_all(packed.data(), packed.size());
   close_fd();
-  if (!ok || rename(tmp.c_str(), out.c_str()) != 0) {
+  if (!ok || renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_NOREPLACE) != 0) {
+    compress_error_ = ok ? "cannot rename " + tmp + ": " + strerror(errno) : error_;
+    error_.clear();
     unlink(tmp.c_str());
     return "";
   }

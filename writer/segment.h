@@ -63,6 +63,8 @@ class Segment {
   // Size of the compressed file made by the last seal (0 if none).
   uint64_t compressed_bytes() const { return compressed_bytes_; }
   const std::string& error() const { return error_; }
+  // Why the last seal left its segment uncompressed ("" if it did not).
+  const std::string& compress_error() const { return compress_error_; }
   const std::string& active_path() const { return active_path_; }
 
  private:
@@ -77,6 +79,7 @@ class Segment {
   std::string active_path_;
   std::string sealed_path_;
   std::string error_;
+  std::string compress_error_;
   uint64_t event_count_ = 0;
   uint64_t bytes_written_ = 0;
   uint64_t compressed_bytes_ = 0;
