@@ -340,7 +340,7 @@ std::string build_pprof(Profile& p, PprofKind kind) {
   bool wall = false;
   if (p.span(&first, &last, &wall) && wall) {
     prof.i64(9, first);
-    prof.i64(10, last - first);
+    prof.i64(10, wrap_sub(static_cast<uint64_t>(last), static_cast<uint64_t>(first)));
   }
   if (cpu) {
     double hz = 0;
@@ -413,7 +413,7 @@ uint64_t export_jsonl(const std::vector<std::string>& files, const LoadOptions& 
       } else if (e.name() == fmt::kClockSyncEvent && !proc.has_clock) {
         if (const decode::Value* v = e.Find("realtime_ns"); v && v->AsU64() > 0) {
           proc.has_clock = true;
-          proc.clock_offset = static_cast<int64_t>(v->AsU64()) - static_cast<int64_t>(e.timestamp);
+          proc.clock_offset = wrap_sub(v->AsU64(), e.timestamp);
         }
       } else if (e.name() == fmt::kSymbolTableEntry) {
         const decode::Value* a = e.Find("addr");
@@ -502,7 +502,7 @@ uint64_t export_jsonl(const std::vector<std::string>& files, const LoadOptions& 
       fwrite(line.data(), 1, line.size(), out);
     });
     if (r.events > 0) ++readable;
-    if (!seg.error().empty() || !r.ok()) {
+    if ((!seg.error().empty() || !r.ok()) && !options.quiet) {
       fprintf(stderr, "d9: %s\n", describe_error(path, seg.container(), seg.error(), r).c_str());
     }
   }

@@ -102,6 +102,25 @@ std::vector<std::string> collect_inputs(const std::vector<std::string>& paths,
   return unique;
 }
 
+namespace {
+
+// Error texts can quote names read from the file: keep the terminal safe.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7F) {
+      out += static_cast<char>(c);
+    } else {
+      char b[8];
+      snprintf(b, sizeof(b), "\\x%02x", c);
+      out += b;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string describe_error(const std::string& path, decode::Container container,
                            const std::string& read_error, const decode::DecodeResult& r) {
   std::string what = read_error;
@@ -114,7 +133,7 @@ std::string describe_error(const std::string& path, decode::Container container,
       what += " of the decompressed stream";
     }
   }
-  std::string msg = path + ": " + what;
+  std::string msg = path + ": " + printable(what);
   if (r.events > 0) {
     msg += "; kept the " + std::to_string(r.events) + " events before it";
   } else {

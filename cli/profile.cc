@@ -100,6 +100,7 @@ bool parse_time(const std::string& s, TimeBound* out, std::string* error) {
     } else {
       return fail("unknown unit (use s, ms, us, m or h)");
     }
+    if (v * scale > 1e9) return fail("more than 30 years");
     out->kind = TimeBound::kRelative;
     out->seconds = v * scale;
     return true;
@@ -209,14 +210,14 @@ void Profile::find_origin(const std::vector<std::string>& files) {
       if (!clock && e.name() == fmt::kClockSyncEvent) {
         if (const decode::Value* v = e.Find("realtime_ns"); v && v->AsU64() > 0) {
           clock = true;
-          offset = static_cast<int64_t>(v->AsU64()) - static_cast<int64_t>(e.timestamp);
+          offset = wrap_sub(v->AsU64(), e.timestamp);
         }
       }
       return ++n < 20000;
     });
     if (first == UINT64_MAX) continue;
     mono = std::min(mono, first);
-    if (clock) wall = std::min(wall, static_cast<int64_t>(first) + offset);
+    if (clock) wall = std::min(wall, wrap_add(first, offset));
   }
   set_origin(wall == INT64_MAX ? 0 : wall, mono == UINT64_MAX ? 0 : mono);
 }
@@ -318,10 +319,13 @@ void Profile::resolve_window(const ProcessInfo& p, int64_t* lo, int64_t* hi) con
   auto to_mono = [&](const TimeBound& b, int64_t* out) {
     if (b.kind == TimeBound::kRelative) {
       int64_t delta = static_cast<int64_t>(std::llround(b.seconds * 1e9));
-      *out = p.has_clock && origin_wall_ != 0 ? origin_wall_ + delta - p.clock_offset
-                                              : static_cast<int64_t>(origin_mono_) + delta;
+      *out = p.has_clock && origin_wall_ != 0
+                 ? static_cast<int64_t>(static_cast<uint64_t>(origin_wall_) +
+                                        static_cast<uint64_t>(delta) -
+                                        static_cast<uint64_t>(p.clock_offset))
+                 : wrap_add(origin_mono_, delta);
     } else if (b.kind == TimeBound::kWall && p.has_clock) {
-      *out = b.wall_ns - p.clock_offset;
+      *out = wrap_sub(static_cast<uint64_t>(b.wall_ns), static_cast<uint64_t>(p.clock_offset));
     }
   };
   to_mono(options_.filter.from, lo);
@@ -347,7 +351,7 @@ class Profile::Folder : public decode::Visitor {
     auto bind = [&](Kind kind, std::initializer_list<const char*> fields) {
       b.kind = kind;
       int i = 0;
-      for (const char* f : fields) b.f[i++] = static_cast<int8_t>(schema.FieldIndex(f));
+      for (const char* f : fields) b.f[i++] = static_cast<int16_t>(schema.FieldIndex(f));
     };
     const std::string_view n = schema.name;
     if (n == fmt::kAllocEvent) {
@@ -500,7 +504,7 @@ class Profile::Folder : public decode::Visitor {
   enum Kind : uint8_t { kOther, kAlloc, kFree, kCpu, kOverflow, kClock, kMeta, kSymbol, kLive };
   struct Binding {
     Kind kind = kOther;
-    int8_t f[5] = {-1, -1, -1, -1, -1};
+    int16_t f[5] = {-1, -1, -1, -1, -1};
   };
   struct Weight {
     uint64_t size = ~uint64_t{0};
@@ -564,7 +568,7 @@ class Profile::Folder : public decode::Visitor {
     seen(ts);
     if (realtime == 0 || has_clock_) return;
     has_clock_ = true;
-    offset_ = static_cast<int64_t>(realtime) - static_cast<int64_t>(ts);
+    offset_ = wrap_sub(realtime, ts);
     if (proc_) apply_clock();
   }
 
@@ -984,7 +988,7 @@ std::string format_wall(int64_t ns) {
     --secs;
   }
   struct tm tm;
-  localtime_r(&secs, &tm);
+  if (!localtime_r(&secs, &tm)) return std::to_string(ns) + " ns";
   char date[64], zone[16];
   strftime(date, sizeof(date), "%Y-%m-%d %H:%M:%S", &tm);
   strftime(zone, sizeof(zone), "%z", &tm);
@@ -993,11 +997,36 @@ std::string format_wall(int64_t ns) {
   return buf;
 }
 
+// Length of the valid UTF-8 sequence starting at s[i], or 0.
+static size_t utf8_length(std::string_view s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  size_t n = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 0;
+  }
+  return n;
+}
+
 std::string json_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
+  for (size_t i = 0; i < s.size(); ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x80) {
+      // Valid UTF-8 passes through; any other byte becomes its Latin-1 code point, so
+      // every line stays valid JSON whatever a damaged file holds.
+      size_t n = utf8_length(s, i);
+      if (n) {
+        out.append(s.substr(i, n));
+        i += n - 1;
+      } else {
+        char buf[8];
+        snprintf(buf, sizeof(buf), "\\u%04x", c);
+        out += buf;
+      }
+      continue;
+    }
     switch (c) {
       case '"':
         out += "\\\"";
@@ -1015,7 +1044,7 @@ std::string json_escape(std::string_view s) {
         out += "\\r";
         break;
       default:
-        if (c < 0x20) {
+        if (c < 0x20 || c == 0x7F) {
           char buf[8];
           snprintf(buf, sizeof(buf), "\\u%04x", c);
           out += buf;

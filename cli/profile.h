@@ -84,6 +84,15 @@ struct CpuStat {
   }
 };
 
+// a + b and a - b with two's-complement wrap-around: timestamps in a damaged or hostile file
+// can be anything, and the arithmetic on them must stay defined.
+inline int64_t wrap_add(uint64_t a, int64_t b) {
+  return static_cast<int64_t>(a + static_cast<uint64_t>(b));
+}
+inline int64_t wrap_sub(uint64_t a, uint64_t b) {
+  return static_cast<int64_t>(a - b);
+}
+
 struct ProcessInfo {
   std::string key;  // boot_id, or the file path when the metadata has none
   std::string boot_id, service, pid;
@@ -100,9 +109,7 @@ struct ProcessInfo {
   uint64_t symbols = 0;
   bool live_snapshot = false;  // the live set came from a Libd9LiveAllocation snapshot
   bool liveset_off() const { return liveset == "false"; }
-  int64_t wall(uint64_t mono) const {
-    return static_cast<int64_t>(mono) + (has_clock ? clock_offset : 0);
-  }
+  int64_t wall(uint64_t mono) const { return wrap_add(mono, has_clock ? clock_offset : 0); }
 };
 
 struct ThreadInfo {
@@ -223,7 +230,7 @@ class Profile {
   int64_t origin_wall_ = 0;
   uint64_t origin_mono_ = 0;
   bool warned_no_clock_ = false;
-  uint64_t damaged_bytes_ = 0;  // on disk, of files not counted in file_bytes
+  uint64_t damaged_bytes_ = 0;    // on disk, of files not counted in file_bytes
   Progress* progress_ = nullptr;  // during load()
   uint64_t progress_files_ = 0;
   bool finished_ = false;

@@ -614,10 +614,11 @@ void print_summary(FILE* out, Profile& p, const ReportOptions& o) {
   if (has_span) {
     if (wall) {
       fprintf(out, "time span: %s → %s (%s)\n", format_wall(first).c_str(),
-              format_wall(last).c_str(), fmt_duration(static_cast<double>(last - first)).c_str());
+              format_wall(last).c_str(),
+              fmt_duration(static_cast<double>(last) - static_cast<double>(first)).c_str());
     } else {
       fprintf(out, "time span: %s (no ClockSyncEvent in some processes: no wall clock)\n",
-              fmt_duration(static_cast<double>(last - first)).c_str());
+              fmt_duration(static_cast<double>(last) - static_cast<double>(first)).c_str());
     }
   }
   std::string rates = rates_text(p);
