@@ -316,7 +316,8 @@ void seal(Writer& w) {
   options.symbolize = g_options.symbolize;
   if (g_options.compress == Compression::kZstd) options.compression = SealCompression::kZstd;
   if (g_options.compress == Compression::kGzip) options.compression = SealCompression::kGzip;
-  if (options.symbolize || options.compression) options.tools = seal_tools(w);
+  // Always: even unsymbolized segments carry the module map, for offline symbolization.
+  options.tools = seal_tools(w);
   w.segment.seal(options);
   if (!w.segment.error().empty()) {
     segment_failed(w);
@@ -372,9 +373,7 @@ void* writer_main(void*) {
     if (g_stop.load(std::memory_order_acquire)) break;
     write_pending(*w);
     serve(g_modules_request, [&] {
-      if (SealTools* tools = g_options.symbolize ? seal_tools(*w) : nullptr) {
-        tools->refresh_modules();
-      }
+      if (SealTools* tools = seal_tools(*w)) tools->refresh_modules();
     });
     serve(g_seal_request, [&] { seal(*w); });  // before exec: next events, next segment
   }

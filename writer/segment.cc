@@ -92,13 +92,13 @@ void Segment::discard() {
   unlink(active_path_.c_str());
 }
 
-void Segment::write_symbols(SealTools& tools) {
+void Segment::write_symbols(SealTools& tools, bool symbolize) {
   Encoder sym;
   sym.begin_stream();
   for (const ModuleInfo& m : tools.modules()) {
     sym.module_entry(m.path, m.build_id, m.start, m.end, m.bias, m.loaded);
   }
-  for (uint64_t addr : events_.frame_addresses()) {
+  for (uint64_t addr : symbolize ? events_.frame_addresses() : std::unordered_set<uint64_t>{}) {
     const std::vector<SymbolFrame>& frames = tools.resolve(addr);
     for (size_t depth = 0; depth < frames.size(); ++depth) {
       const SymbolFrame& f = frames[depth];
@@ -120,7 +120,7 @@ std::string Segment::seal(const SealOptions& options) {
   closing.insert(closing.end(), options.extra_metadata.begin(), options.extra_metadata.end());
   tail.segment_metadata(monotonic_ns(), closing);
   bool ok = write_all(tail.bytes().data(), tail.size());
-  if (ok && options.tools && options.symbolize) write_symbols(*options.tools);
+  if (ok && options.tools) write_symbols(*options.tools, options.symbolize);
   if (!error_.empty()) ok = false;
   close_fd();
   if (!ok) {

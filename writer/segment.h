@@ -45,7 +45,7 @@ class Segment {
   struct SealOptions {
     StringMap extra_metadata;                    // added to segment.complete=true
     SealTools* tools = nullptr;                  // symbols and compression; null: neither
-    bool symbolize = true;                       // write SymbolTableEntry records
+    bool symbolize = true;                       // SymbolTableEntry records (else the module map only)
     std::optional<SealCompression> compression;  // none: the segment stays `.bin`
   };
   // Writes the closing metadata and symbols, closes, renames to the sealed name and
@@ -70,7 +70,8 @@ class Segment {
  private:
   bool write_all(const uint8_t* data, size_t len);
   void close_fd();
-  void write_symbols(SealTools& tools);
+  // The module map, and with `symbolize` the SymbolTableEntry records.
+  void write_symbols(SealTools& tools, bool symbolize);
   // Compresses the sealed file into a sibling; returns its path, or "" (file kept as is).
   std::string compress(SealTools& tools, SealCompression how);
 
