@@ -273,23 +273,30 @@ std::string build_pprof(Profile& p, PprofKind kind) {
     }
   }
 
-  // Mappings: one per process, spanning the addresses seen (module maps are not recorded).
-  struct Range {
+  // Mappings: one per module of the module map (path, build-id, range, file offset), and
+  // for frames outside every module one per process spanning the addresses seen.
+  struct Mapping {
+    const Module* module = nullptr;
+    uint32_t process = 0;
     uint64_t lo = UINT64_MAX, hi = 0;
     bool functions = false, files = false, lines = false, inlines = false;
   };
-  std::vector<Range> ranges(p.processes.size());
+  std::vector<Mapping> mappings;
+  std::map<std::pair<uint32_t, const Module*>, size_t> mapping_index;
   std::map<std::pair<std::string, std::string>, uint64_t> function_ids;
   std::vector<std::pair<std::string, std::string>> functions;
   for (uint32_t f = 0; f < p.frame_count(); ++f) {
     if (!frame_used[f]) continue;
     const Profile::Frame& fr = p.frame(f);
-    Range& r = ranges[fr.process];
+    const Module* mod = p.module(fr.process, fr.addr);
+    auto [mit, added] = mapping_index.try_emplace({fr.process, mod}, mappings.size());
+    if (added) mappings.push_back({mod, fr.process});
+    Mapping& r = mappings[mit->second];
     r.lo = std::min(r.lo, fr.addr);
     r.hi = std::max(r.hi, fr.addr + 1);
     Pb loc;
     loc.u64(1, uint64_t{f} + 1);
-    loc.u64(2, uint64_t{fr.process} + 1);
+    loc.u64(2, mit->second + 1);
     loc.u64(3, fr.addr);
     if (const std::vector<Symbol>* syms = p.symbols(f)) {
       int named = 0;
@@ -312,15 +319,22 @@ std::string build_pprof(Profile& p, PprofKind kind) {
     }
     prof.msg(4, loc);
   }
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    const Range& r = ranges[i];
-    if (r.lo > r.hi) continue;
-    const ProcessInfo& pr = p.processes[i];
+  for (size_t i = 0; i < mappings.size(); ++i) {
+    const Mapping& r = mappings[i];
+    const ProcessInfo& pr = p.processes[r.process];
     Pb m;
     m.u64(1, i + 1);
-    m.u64(2, r.lo);
-    m.u64(3, r.hi);
-    m.i64(5, strings.id(pr.service.empty() ? pr.key : pr.service));
+    if (r.module) {
+      m.u64(2, r.module->start);
+      m.u64(3, r.module->end);
+      m.u64(4, r.module->start - r.module->bias);
+      m.i64(5, strings.id(r.module->path));
+      m.i64(6, strings.id(r.module->build_id));
+    } else {
+      m.u64(2, r.lo);
+      m.u64(3, r.hi);
+      m.i64(5, strings.id(pr.service.empty() ? pr.key : pr.service));
+    }
     m.u64(7, r.functions);
     m.u64(8, r.files);
     m.u64(9, r.lines);

@@ -266,6 +266,7 @@ bool Profile::process_index(const std::string& path, const std::string& boot_id,
   p.pid = pid;
   processes.push_back(std::move(p));
   live_state_.emplace_back();
+  modules_.emplace_back();
   return true;
 }
 
@@ -370,6 +371,8 @@ class Profile::Folder : public decode::Visitor {
       bind(kSymbol, {"addr", "symbol_name", "inline_depth", "source_file", "source_line"});
     } else if (n == kLiveAllocationEvent) {
       bind(kLive, {"tid", "size", "addr", "alloc_timestamp_ns", "callchain"});
+    } else if (n == kModuleEvent) {
+      bind(kModule, {"path", "build_id", "start", "end", "bias"});
     }
   }
 
@@ -468,6 +471,16 @@ class Profile::Folder : public decode::Visitor {
         p.dropped_allocs += u(e, b.f[0]);
         p.dropped_frees += u(e, b.f[1]);
         return true;
+      case kModule: {
+        Module m;
+        m.path.assign(str(e, b.f[0]));
+        m.build_id.assign(str(e, b.f[1]));
+        m.start = u(e, b.f[2]);
+        m.end = u(e, b.f[3]);
+        m.bias = u(e, b.f[4]);
+        if (m.start < m.end) p_.modules_[pi_].push_back(std::move(m));
+        return true;
+      }
       case kSymbol: {
         const uint64_t depth = u(e, b.f[2]);
         if (depth > 255) return true;
@@ -501,7 +514,18 @@ class Profile::Folder : public decode::Visitor {
   uint32_t process() const { return pi_; }
 
  private:
-  enum Kind : uint8_t { kOther, kAlloc, kFree, kCpu, kOverflow, kClock, kMeta, kSymbol, kLive };
+  enum Kind : uint8_t {
+    kOther,
+    kAlloc,
+    kFree,
+    kCpu,
+    kOverflow,
+    kClock,
+    kMeta,
+    kSymbol,
+    kLive,
+    kModule
+  };
   struct Binding {
     Kind kind = kOther;
     int16_t f[5] = {-1, -1, -1, -1, -1};
@@ -722,6 +746,22 @@ std::string Profile::add_raw(const std::string& path, const RawSegment& seg) {
 void Profile::finish() {
   if (finished_) return;
   finished_ = true;
+  // Every segment repeats its process's module map: keep one of each, newest last wins.
+  for (std::vector<Module>& mods : modules_) {
+    std::stable_sort(mods.begin(), mods.end(), [](const Module& a, const Module& b) {
+      return a.start != b.start ? a.start < b.start : a.end < b.end;
+    });
+    std::vector<Module> unique;
+    for (Module& m : mods) {
+      if (!unique.empty() && unique.back().start == m.start && unique.back().end == m.end &&
+          unique.back().path == m.path) {
+        unique.back() = std::move(m);
+      } else {
+        unique.push_back(std::move(m));
+      }
+    }
+    mods.swap(unique);
+  }
   live_.assign(stack_count(), LiveStat{});
   for (size_t pi = 0; pi < processes.size(); ++pi) {
     const ProcessInfo& p = processes[pi];
@@ -792,6 +832,20 @@ const std::vector<Symbol>* Profile::symbols(uint32_t process, uint64_t addr) con
   return it == symbols_.end() ? nullptr : &it->second;
 }
 
+const Module* Profile::module(uint32_t process, uint64_t addr) const {
+  if (process >= modules_.size()) return nullptr;
+  const std::vector<Module>& mods = modules_[process];
+  // Sorted by start; modules do not overlap (a reused range has the newest last).
+  auto it = std::upper_bound(mods.begin(), mods.end(), addr,
+                             [](uint64_t a, const Module& m) { return a < m.start; });
+  while (it != mods.begin()) {
+    --it;
+    if (addr >= it->start && addr < it->end) return &*it;
+    if (it->end <= addr) break;
+  }
+  return nullptr;
+}
+
 const std::vector<Symbol>* Profile::symbols(uint32_t frame) const {
   const Frame& f = frames_[frame];
   return symbols(f.process, f.addr);
@@ -819,7 +873,15 @@ const std::vector<uint32_t>& Profile::labels(uint32_t frame, Group g) {
       out.push_back(intern_label(name));
     }
   }
-  if (out.empty()) out.push_back(intern_label(hex(frames_[frame].addr)));
+  if (out.empty()) {
+    // No symbol: "libfoo.so+0x1234" (file address) when the module map knows the address.
+    const Frame& f = frames_[frame];
+    if (const Module* m = module(f.process, f.addr)) {
+      out.push_back(intern_label(basename_of(m->path) + "+" + hex(f.addr - m->bias)));
+    } else {
+      out.push_back(intern_label(hex(f.addr)));
+    }
+  }
   return out;
 }
 

@@ -124,6 +124,14 @@ struct Symbol {
   uint64_t line = 0;
 };
 
+// One module of a process (Libd9Module, written at seal): an executable or library mapping.
+struct Module {
+  std::string path, build_id;
+  uint64_t start = 0, end = 0;  // [start, end) in the process
+  uint64_t bias = 0;            // load bias: file address = runtime address - bias
+};
+inline constexpr char kModuleEvent[] = "Libd9Module";
+
 struct LoadOptions {
   Filter filter;
   bool track_live = true;  // pair frees with allocations (leaks, summary, live flame/export)
@@ -198,6 +206,9 @@ class Profile {
   // Symbols at a frame's address, by inline depth (0 = the outermost function), or null.
   const std::vector<Symbol>* symbols(uint32_t frame) const;
   const std::vector<Symbol>* symbols(uint32_t process, uint64_t addr) const;
+  // The module holding a frame's address, or null (no module map, or outside every module).
+  const Module* module(uint32_t process, uint64_t addr) const;
+  const std::vector<Module>& modules(uint32_t process) const { return modules_[process]; }
 
   // Display labels of a frame, innermost (inlined) first: one per inline depth at function
   // granularity, or "function file:line" at line granularity; the hex address when the
@@ -237,7 +248,8 @@ class Profile {
 
   std::unordered_map<std::string, uint32_t> process_by_key_;
   std::unordered_map<uint64_t, uint32_t> thread_by_key_;
-  std::vector<LiveTable> live_state_;  // per process
+  std::vector<LiveTable> live_state_;         // per process
+  std::vector<std::vector<Module>> modules_;  // per process, sorted by start after finish()
   std::unique_ptr<decode::Decoder> decoder_;
 
   struct AddrKey {

@@ -102,7 +102,12 @@ std::vector<Row<Stat>> group_rows(Profile& p, const std::vector<Stat>& by_stack,
 }
 
 std::string frame_json(const Profile& p, uint32_t frame) {
-  std::string out = "{\"addr\":\"" + hex(p.frame(frame).addr) + "\"";
+  const Profile::Frame& fr = p.frame(frame);
+  std::string out = "{\"addr\":\"" + hex(fr.addr) + "\"";
+  if (const Module* m = p.module(fr.process, fr.addr)) {
+    out += ",\"module\":\"" + json_escape(m->path) + "\",\"offset\":\"" + hex(fr.addr - m->bias) +
+           "\"";
+  }
   if (const std::vector<Symbol>* syms = p.symbols(frame)) {
     std::string fn;
     const Symbol* inner = nullptr;

@@ -228,6 +228,51 @@ TEST(CliPprof, ProtobufCarriesTypesSamplesAndSymbols) {
   EXPECT_EQ(functions.size(), 4u);
 }
 
+// With a module map (Libd9Module) and no symbols: frames read "libfoo.so+0x1100", JSON
+// frames name their module, and pprof gets a mapping per module with path and build-id.
+TEST(CliPprof, ModuleMapGivesMappingsAndModuleRelativeNames) {
+  SegmentBuilder b(meta("abcd-42"));
+  b.enc().module_entry("/usr/lib/libfoo.so", "0badc0de", 0x7000, 0x9000, 0x6000, true);
+  b.enc().module_entry("/usr/bin/app", "feedface", 0x400000, 0x500000, 0, true);
+  b.enc().alloc_event(T0 + 1, 7, 1 << 20, 0xa0, std::vector<uint64_t>{0x7100, 0x401000, 0x1234});
+  Profile p;
+  EXPECT_EQ(p.add_bytes("abcd-42/trace.0.bin", b.bytes()), "");
+  p.finish();
+  auto rows = group_alloc(p, Group::kStack);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(key_string(p, rows[0].key), "libfoo.so+0x1100;app+0x401000;0x1234");
+  ReportOptions o;
+  o.json = true;
+  std::string js = capture([&](FILE* f) { print_alloc(f, p, o); });
+  EXPECT_NE(
+      js.find("{\"addr\":\"0x7100\",\"module\":\"/usr/lib/libfoo.so\",\"offset\":\"0x1100\"}"),
+      std::string::npos)
+      << js;
+
+  std::string pb = build_pprof(p, PprofKind::kAlloc);
+  std::vector<std::string> strings;
+  std::vector<std::string_view> mappings;
+  for (const PbField& f : pb_fields(pb)) {
+    if (f.field == 6) strings.emplace_back(f.len);
+    if (f.field == 3) mappings.push_back(f.len);
+  }
+  ASSERT_EQ(mappings.size(), 3u);
+  std::map<std::string, std::map<int, uint64_t>> by_file;
+  for (std::string_view m : mappings) {
+    std::map<int, uint64_t> fields;
+    for (const PbField& f : pb_fields(m)) fields[f.field] = f.v;
+    by_file[strings[fields[5]]] = fields;
+  }
+  ASSERT_TRUE(by_file.count("/usr/lib/libfoo.so"));
+  EXPECT_EQ(by_file["/usr/lib/libfoo.so"][2], 0x7000u);
+  EXPECT_EQ(by_file["/usr/lib/libfoo.so"][3], 0x9000u);
+  EXPECT_EQ(by_file["/usr/lib/libfoo.so"][4], 0x1000u);
+  EXPECT_EQ(strings[by_file["/usr/lib/libfoo.so"][6]], "0badc0de");
+  EXPECT_EQ(strings[by_file["/usr/bin/app"][6]], "feedface");
+  ASSERT_TRUE(by_file.count("shop"));  // 0x1234 is in no module: the process's own mapping
+  EXPECT_EQ(by_file["shop"][2], 0x1234u);
+}
+
 // The acceptance check: an independent reader (npm `pprof-format`) decodes our export.
 TEST(CliPprof, IndependentReaderDecodesTheExport) {
   if (system("command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1") != 0) {
