@@ -24,8 +24,8 @@ std::span<const uint64_t> frames_of(const std::string& bytes) {
 }  // namespace
 
 bool Collector::pending(const Rings& rings, const Counters& c) const {
-  return !pending_frees_.empty() || rings.allocs.peek() || rings.frees.peek() || rings.frees_overflow.peek() ||
-         rings.allocs.dropped() != reported_dropped_allocs_ ||
+  return !pending_frees_.empty() || rings.allocs.peek() || rings.frees.peek() ||
+         rings.frees_overflow.peek() || rings.allocs.dropped() != reported_dropped_allocs_ ||
          dropped_frees(rings, c) != reported_dropped_frees_;
 }
 
@@ -64,8 +64,8 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
   copy_out(rings.frees_overflow, true);
   copy_out(rings.allocs, false);
   for (const PendingFree& p : pending_frees_) {
-    order_.push_back({p.record.timestamp_ns, static_cast<uint32_t>(batch_.size()), true,
-                      p.drains_waited + 1});
+    order_.push_back(
+        {p.record.timestamp_ns, static_cast<uint32_t>(batch_.size()), true, p.drains_waited + 1});
     const auto* bytes = reinterpret_cast<const uint8_t*>(&p.record);
     batch_.insert(batch_.end(), bytes, bytes + sizeof(FreeRecord));
   }

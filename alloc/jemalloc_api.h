@@ -1,7 +1,8 @@
-// jemalloc's entry points inside libd9.so (its C API; d9 implements operator new itself). Debian's libjemalloc_pic.a is linked in with
-// every public symbol renamed `d9_je_<name>` (see alloc/CMakeLists.txt), so the calls
-// below go straight into jemalloc's own fast paths, with no PLT and no chance of binding
-// to another allocator, and libd9's exported malloc family is the only one the host sees.
+// jemalloc's entry points inside libd9.so (its C API; d9 implements operator new itself). Debian's
+// libjemalloc_pic.a is linked in with every public symbol renamed `d9_je_<name>` (see
+// alloc/CMakeLists.txt), so the calls below go straight into jemalloc's own fast paths, with no PLT
+// and no chance of binding to another allocator, and libd9's exported malloc family is the only one
+// the host sees.
 #pragma once
 
 #include <cstddef>
@@ -9,10 +10,14 @@
 // mallocx flag encodings as jemalloc.h defines them (checked against it in sampled_heap.cc;
 // jemalloc.h itself is not included here, its malloc declarations would clash with ours).
 namespace d9::je {
-constexpr int kZero = 0x40;          // MALLOCX_ZERO
-constexpr int kTcacheNone = 0x100;   // MALLOCX_TCACHE_NONE
-constexpr int align(size_t a) { return __builtin_ctzl(a); }            // MALLOCX_ALIGN
-constexpr int arena(unsigned a) { return static_cast<int>(a + 1) << 20; }  // MALLOCX_ARENA
+constexpr int kZero = 0x40;         // MALLOCX_ZERO
+constexpr int kTcacheNone = 0x100;  // MALLOCX_TCACHE_NONE
+constexpr int align(size_t a) {
+  return __builtin_ctzl(a);
+}  // MALLOCX_ALIGN
+constexpr int arena(unsigned a) {
+  return static_cast<int>(a + 1) << 20;
+}  // MALLOCX_ARENA
 }  // namespace d9::je
 
 extern "C" {
@@ -36,9 +41,8 @@ size_t d9_je_nallocx(size_t size, int flags) noexcept;
 int d9_je_mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp,
                   size_t newlen) noexcept;
 int d9_je_mallctlnametomib(const char* name, size_t* mibp, size_t* miblenp) noexcept;
-int d9_je_mallctlbymib(const size_t* mib, size_t miblen, void* oldp, size_t* oldlenp,
-                       void* newp, size_t newlen) noexcept;
+int d9_je_mallctlbymib(const size_t* mib, size_t miblen, void* oldp, size_t* oldlenp, void* newp,
+                       size_t newlen) noexcept;
 void d9_je_malloc_stats_print(void (*write_cb)(void*, const char*), void* cbopaque,
                               const char* opts) noexcept;
-
 }

@@ -69,8 +69,12 @@ bool setup(const Settings& settings) {
   return true;
 }
 
-const Settings& settings() { return g_settings; }
-Rings& rings() { return g_rings; }
+const Settings& settings() {
+  return g_settings;
+}
+Rings& rings() {
+  return g_rings;
+}
 
 Counters counters() {
   return {g_alloc_samples.load(std::memory_order_relaxed),

@@ -31,16 +31,16 @@ const Settings& settings();
 
 struct Rings {
   Ring allocs;
-  Ring frees;          // frees of sampled allocations
+  Ring frees;           // frees of sampled allocations
   Ring frees_overflow;  // takes frees while `frees` is full; drops only when both are
 };
 Rings& rings();
 
 // Counters the writer reports (cumulative since start-up).
 struct Counters {
-  uint64_t alloc_samples;       // sampled allocations recorded or dropped
-  uint64_t untracked;           // sampled but not in the address set (bucket full)
-  uint64_t frees_seen;          // frees of tracked allocations, recorded or dropped
+  uint64_t alloc_samples;  // sampled allocations recorded or dropped
+  uint64_t untracked;      // sampled but not in the address set (bucket full)
+  uint64_t frees_seen;     // frees of tracked allocations, recorded or dropped
 };
 Counters counters();
 
@@ -72,7 +72,9 @@ __attribute__((noinline)) void record_free(const void* ptr);
 uint64_t now_ns();
 
 // mallocx flags for a sampled allocation: the sampled arena with the live set on, else 0.
-inline int sampled_flags() { return settings().liveset ? sampled_heap_flags() : 0; }
+inline int sampled_flags() {
+  return settings().liveset ? sampled_heap_flags() : 0;
+}
 
 // Writer wake-ups. The writer sleeps on a futex between drains; producers nudge it each
 // time another quarter of a ring has been claimed, so a burst is drained before the ring

@@ -31,7 +31,8 @@ class Ring {
     uint64_t n = 1;
     while (n < slots) n <<= 1;
     stride_ = (sizeof(Header) + record_size + 63) & ~size_t{63};
-    void* mem = mmap(nullptr, stride_ * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* mem =
+        mmap(nullptr, stride_ * n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (mem == MAP_FAILED) return false;
     base_ = static_cast<char*>(mem);
     mask_ = n - 1;

@@ -50,11 +50,17 @@ void* extent_alloc(extent_hooks_t*, void* new_addr, size_t size, size_t alignmen
 }
 
 // Opt out of unmapping: jemalloc keeps the extent and reuses it.
-bool extent_dalloc(extent_hooks_t*, void*, size_t, bool, unsigned) { return true; }
+bool extent_dalloc(extent_hooks_t*, void*, size_t, bool, unsigned) {
+  return true;
+}
 void extent_destroy(extent_hooks_t*, void*, size_t, bool, unsigned) {}
-bool extent_commit(extent_hooks_t*, void*, size_t, size_t, size_t, unsigned) { return false; }
+bool extent_commit(extent_hooks_t*, void*, size_t, size_t, size_t, unsigned) {
+  return false;
+}
 // Opt out of decommit: pages stay accessible (and are purged instead).
-bool extent_decommit(extent_hooks_t*, void*, size_t, size_t, size_t, unsigned) { return true; }
+bool extent_decommit(extent_hooks_t*, void*, size_t, size_t, size_t, unsigned) {
+  return true;
+}
 
 bool extent_purge_lazy(extent_hooks_t*, void* addr, size_t, size_t offset, size_t length,
                        unsigned) {
@@ -74,9 +80,9 @@ bool extent_merge(extent_hooks_t*, void*, size_t, void*, size_t, bool, unsigned)
   return false;
 }
 
-extent_hooks_t g_hooks = {extent_alloc,      extent_dalloc,       extent_destroy,
-                          extent_commit,     extent_decommit,     extent_purge_lazy,
-                          extent_purge_forced, extent_split,      extent_merge};
+extent_hooks_t g_hooks = {extent_alloc,        extent_dalloc,   extent_destroy,
+                          extent_commit,       extent_decommit, extent_purge_lazy,
+                          extent_purge_forced, extent_split,    extent_merge};
 
 }  // namespace
 
@@ -110,6 +116,8 @@ bool init_sampled_heap(size_t reserve_bytes) {
   return true;
 }
 
-int sampled_heap_flags() { return g_flags; }
+int sampled_heap_flags() {
+  return g_flags;
+}
 
 }  // namespace d9::alloc

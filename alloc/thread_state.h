@@ -17,12 +17,13 @@ struct ThreadState {
   uint64_t rng;  // xorshift state for gap draws; 0 until the thread is set up
   uint32_t tid;  // gettid(), cached
   uint8_t initialised;
-  uint8_t in_d9;     // reentrancy guard: set while d9 code runs on this thread
-  uint8_t internal;  // d9's own threads (writer): their allocations are never sampled
+  uint8_t in_d9;       // reentrancy guard: set while d9 code runs on this thread
+  uint8_t internal;    // d9's own threads (writer): their allocations are never sampled
   uint8_t in_dlclose;  // inside dlclose: nested dlcloses (from destructors) must not wait
   uint64_t reserved;
 };
-static_assert(sizeof(ThreadState) == 32, "ThreadState is on every allocation's path: keep it small");
+static_assert(sizeof(ThreadState) == 32,
+              "ThreadState is on every allocation's path: keep it small");
 
 // constinit: no dynamic initialiser, so access needs no TLS-init wrapper call on the fast path.
 extern constinit thread_local ThreadState tls_state __attribute__((tls_model("initial-exec")));

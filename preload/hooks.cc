@@ -45,7 +45,9 @@ using d9::tls_state;
 constexpr size_t kMinAlign = 16;  // glibc's MALLOC_ALIGNMENT on 64-bit
 
 // Smallest size whose jemalloc size class is 16-byte aligned.
-inline size_t glibc_size(size_t size) { return size < kMinAlign ? kMinAlign : size; }
+inline size_t glibc_size(size_t size) {
+  return size < kMinAlign ? kMinAlign : size;
+}
 
 // The fast path: charge `size` bytes to this thread; true while no sample point is hit.
 inline bool no_sample(size_t size) {
@@ -241,7 +243,9 @@ D9_EXPORT void* malloc(size_t size) {
   });
 }
 
-D9_EXPORT void free(void* ptr) { free_block(ptr, 0, 0); }
+D9_EXPORT void free(void* ptr) {
+  free_block(ptr, 0, 0);
+}
 
 D9_EXPORT void* calloc(size_t n, size_t size) {
   size_t total;
@@ -306,9 +310,13 @@ D9_EXPORT void* memalign(size_t alignment, size_t size) {
   return sampled(size, [=](int flags) { return glibc_memalign(alignment, size, flags); });
 }
 
-D9_EXPORT void* aligned_alloc(size_t alignment, size_t size) { return memalign(alignment, size); }
+D9_EXPORT void* aligned_alloc(size_t alignment, size_t size) {
+  return memalign(alignment, size);
+}
 
-D9_EXPORT void* valloc(size_t size) { return memalign(page_size(), size); }
+D9_EXPORT void* valloc(size_t size) {
+  return memalign(page_size(), size);
+}
 
 D9_EXPORT void* pvalloc(size_t size) {
   // glibc: page-aligned, size rounded up to whole pages, at least one page.
@@ -363,12 +371,18 @@ D9_EXPORT void* rallocx(void* ptr, size_t size, int flags) {
 D9_EXPORT size_t xallocx(void* ptr, size_t size, size_t extra, int flags) {
   return d9_je_xallocx(ptr, size, extra, flags);
 }
-D9_EXPORT size_t sallocx(const void* ptr, int flags) { return d9_je_sallocx(ptr, flags); }
-D9_EXPORT void dallocx(void* ptr, int flags) { free_block(ptr, 0, flags); }
+D9_EXPORT size_t sallocx(const void* ptr, int flags) {
+  return d9_je_sallocx(ptr, flags);
+}
+D9_EXPORT void dallocx(void* ptr, int flags) {
+  free_block(ptr, 0, flags);
+}
 D9_EXPORT void sdallocx(void* ptr, size_t size, int flags) {
   free_block(ptr, size ? size : 1, flags);
 }
-D9_EXPORT size_t nallocx(size_t size, int flags) { return d9_je_nallocx(size, flags); }
+D9_EXPORT size_t nallocx(size_t size, int flags) {
+  return d9_je_nallocx(size, flags);
+}
 D9_EXPORT int mallctl(const char* name, void* oldp, size_t* oldlenp, void* newp, size_t newlen) {
   return d9_je_mallctl(name, oldp, oldlenp, newp, newlen);
 }
@@ -386,8 +400,12 @@ D9_EXPORT void malloc_stats_print(void (*write_cb)(void*, const char*), void* cb
 
 // ---- C++ operators new and delete: every standard form --------------------------------
 
-D9_EXPORT_CXX void* operator new(size_t size) { return new_entry<false>(size); }
-D9_EXPORT_CXX void* operator new[](size_t size) { return new_entry<false>(size); }
+D9_EXPORT_CXX void* operator new(size_t size) {
+  return new_entry<false>(size);
+}
+D9_EXPORT_CXX void* operator new[](size_t size) {
+  return new_entry<false>(size);
+}
 D9_EXPORT_CXX void* operator new(size_t size, const std::nothrow_t&) noexcept {
   return new_entry<true>(size);
 }
@@ -400,8 +418,7 @@ D9_EXPORT_CXX void* operator new(size_t size, std::align_val_t al) {
 D9_EXPORT_CXX void* operator new[](size_t size, std::align_val_t al) {
   return new_aligned_entry<false>(size, al);
 }
-D9_EXPORT_CXX void* operator new(size_t size, std::align_val_t al,
-                                 const std::nothrow_t&) noexcept {
+D9_EXPORT_CXX void* operator new(size_t size, std::align_val_t al, const std::nothrow_t&) noexcept {
   return new_aligned_entry<true>(size, al);
 }
 D9_EXPORT_CXX void* operator new[](size_t size, std::align_val_t al,
@@ -409,8 +426,12 @@ D9_EXPORT_CXX void* operator new[](size_t size, std::align_val_t al,
   return new_aligned_entry<true>(size, al);
 }
 
-D9_EXPORT_CXX void operator delete(void* p) noexcept { free_block(p, 0, 0); }
-D9_EXPORT_CXX void operator delete[](void* p) noexcept { free_block(p, 0, 0); }
+D9_EXPORT_CXX void operator delete(void* p) noexcept {
+  free_block(p, 0, 0);
+}
+D9_EXPORT_CXX void operator delete[](void* p) noexcept {
+  free_block(p, 0, 0);
+}
 D9_EXPORT_CXX void operator delete(void* p, size_t n) noexcept {
   if (p) free_block(p, glibc_size(n), 0);
 }
@@ -438,8 +459,7 @@ D9_EXPORT_CXX void operator delete[](void* p, size_t n, std::align_val_t al) noe
 D9_EXPORT_CXX void operator delete(void* p, std::align_val_t al, const std::nothrow_t&) noexcept {
   if (p) free_block(p, 0, align_flags(al));
 }
-D9_EXPORT_CXX void operator delete[](void* p, std::align_val_t al,
-                                     const std::nothrow_t&) noexcept {
+D9_EXPORT_CXX void operator delete[](void* p, std::align_val_t al, const std::nothrow_t&) noexcept {
   if (p) free_block(p, 0, align_flags(al));
 }
 
@@ -468,20 +488,20 @@ int real_execvpe(const char* file, char* const argv[], char* const envp[]) {
 }
 
 // Collects execl-style variadic arguments (ending in NULL) into an argv on the stack.
-#define D9_COLLECT_ARGS(first, argv, after)                         \
-  size_t argc = 1;                                                  \
-  {                                                                 \
-    va_list count;                                                  \
-    va_start(count, first);                                         \
-    while (va_arg(count, char*)) ++argc;                            \
-    va_end(count);                                                  \
-  }                                                                 \
+#define D9_COLLECT_ARGS(first, argv, after)                                        \
+  size_t argc = 1;                                                                 \
+  {                                                                                \
+    va_list count;                                                                 \
+    va_start(count, first);                                                        \
+    while (va_arg(count, char*)) ++argc;                                           \
+    va_end(count);                                                                 \
+  }                                                                                \
   char** argv = static_cast<char**>(__builtin_alloca((argc + 1) * sizeof(char*))); \
-  va_list args;                                                     \
-  va_start(args, first);                                            \
-  argv[0] = const_cast<char*>(first);                               \
-  for (size_t i = 1; i <= argc; ++i) argv[i] = va_arg(args, char*); \
-  after;                                                            \
+  va_list args;                                                                    \
+  va_start(args, first);                                                           \
+  argv[0] = const_cast<char*>(first);                                              \
+  for (size_t i = 1; i <= argc; ++i) argv[i] = va_arg(args, char*);                \
+  after;                                                                           \
   va_end(args);
 
 }  // namespace

@@ -7,7 +7,9 @@
 namespace d9 {
 namespace {
 
-bool equals(const char* a, const char* b) { return strcmp(a, b) == 0; }
+bool equals(const char* a, const char* b) {
+  return strcmp(a, b) == 0;
+}
 
 bool parse_bool(const char* text, bool* out) {
   if (equals(text, "1") || equals(text, "true") || equals(text, "yes") || equals(text, "on")) {
@@ -45,8 +47,7 @@ void report(const char* name, const char* value, const char* expected, const cha
 }
 
 // Parses a size-like variable; on error reports it and leaves *field untouched.
-void size_option(const char* name, const char* value, uint64_t min, uint64_t max,
-                 uint64_t* field) {
+void size_option(const char* name, const char* value, uint64_t min, uint64_t max, uint64_t* field) {
   uint64_t v;
   if (parse_size(value, &v) && v >= min && v <= max) {
     *field = v;
@@ -76,10 +77,23 @@ bool parse_size(const char* text, uint64_t* out) {
   if (n == 0 || n >= sizeof(digits)) return false;
   uint64_t mult = 1;
   switch (text[n - 1]) {
-    case 'k': case 'K': mult = 1ULL << 10; --n; break;
-    case 'm': case 'M': mult = 1ULL << 20; --n; break;
-    case 'g': case 'G': mult = 1ULL << 30; --n; break;
-    default: break;
+    case 'k':
+    case 'K':
+      mult = 1ULL << 10;
+      --n;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1ULL << 20;
+      --n;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1ULL << 30;
+      --n;
+      break;
+    default:
+      break;
   }
   memcpy(digits, text, n);
   digits[n] = 0;

@@ -11,21 +11,21 @@ namespace d9 {
 enum class Compression : uint8_t { kZstd, kGzip, kNone };
 
 struct Options {
-  char output[512] = "./d9-traces";  // D9_OUTPUT
-  uint64_t sample_rate = 524288;     // D9_SAMPLE_RATE (bytes; 1 = all; 0 = off)
-  bool liveset = true;               // D9_LIVESET
-  uint64_t cpu_hz = 99;              // D9_CPU_HZ
-  uint64_t max_file_size = 32ULL << 20;   // D9_MAX_FILE_SIZE
-  uint64_t rotate_secs = 60;              // D9_ROTATE_SECS
-  uint64_t max_total_size = 512ULL << 20;  // D9_MAX_TOTAL_SIZE
+  char output[512] = "./d9-traces";           // D9_OUTPUT
+  uint64_t sample_rate = 524288;              // D9_SAMPLE_RATE (bytes; 1 = all; 0 = off)
+  bool liveset = true;                        // D9_LIVESET
+  uint64_t cpu_hz = 99;                       // D9_CPU_HZ
+  uint64_t max_file_size = 32ULL << 20;       // D9_MAX_FILE_SIZE
+  uint64_t rotate_secs = 60;                  // D9_ROTATE_SECS
+  uint64_t max_total_size = 512ULL << 20;     // D9_MAX_TOTAL_SIZE
   Compression compress = Compression::kZstd;  // D9_COMPRESS
-  char service[128] = "";                // D9_SERVICE (default: executable name)
-  uint64_t stack_depth = 64;             // D9_STACK_DEPTH
-  uint64_t ring_slots = 4096;            // D9_RING_SLOTS
-  bool enable = true;                    // D9_ENABLE
-  bool symbolize = true;                 // D9_SYMBOLIZE
-  bool has_seed = false;                 // D9_SEED given
-  uint64_t seed = 0;                     // D9_SEED
+  char service[128] = "";                     // D9_SERVICE (default: executable name)
+  uint64_t stack_depth = 64;                  // D9_STACK_DEPTH
+  uint64_t ring_slots = 4096;                 // D9_RING_SLOTS
+  bool enable = true;                         // D9_ENABLE
+  bool symbolize = true;                      // D9_SYMBOLIZE
+  bool has_seed = false;                      // D9_SEED given
+  uint64_t seed = 0;                          // D9_SEED
 };
 
 // Parses the variables found in `envp` (NULL-terminated, like environ) into `out`.

@@ -1,7 +1,7 @@
 #include "preload/runtime.h"
 
-#include <errno.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -125,9 +125,9 @@ struct Writer {
   StringMap metadata;
   SealTools* tools = nullptr;  // loaded at the first seal that needs it
   bool tools_tried = false;
-  uint64_t segments_dropped = 0;    // lost to write errors (full disk, ...)
-  uint64_t retry_after_ns = 0;      // back-off after a failed open or write
-  uint64_t last_error_log_ns = 0;   // write errors are reported at most once a minute
+  uint64_t segments_dropped = 0;   // lost to write errors (full disk, ...)
+  uint64_t retry_after_ns = 0;     // back-off after a failed open or write
+  uint64_t last_error_log_ns = 0;  // write errors are reported at most once a minute
 };
 
 Writer* g_writer = nullptr;  // owned by the writer thread; abandoned (never freed) on fork
@@ -145,7 +145,7 @@ struct Request {
 };
 Request g_seal_request;
 Request g_modules_request;
-pid_t g_writer_pid = 0;     // process the writer belongs to
+pid_t g_writer_pid = 0;  // process the writer belongs to
 bool g_writer_started = false;
 
 void init_sync() {
@@ -444,7 +444,9 @@ __attribute__((destructor)) void d9_stop() {
 
 }  // namespace
 
-const Options& options() { return g_options; }
+const Options& options() {
+  return g_options;
+}
 
 namespace {
 
@@ -470,9 +472,13 @@ void ask_writer(Request& r, int wait_secs) {
 
 }  // namespace
 
-void before_exec() { ask_writer(g_seal_request, kExitWaitSecs); }
+void before_exec() {
+  ask_writer(g_seal_request, kExitWaitSecs);
+}
 
-void before_dlclose() { ask_writer(g_modules_request, 1); }
+void before_dlclose() {
+  ask_writer(g_modules_request, 1);
+}
 
 bool at_sample_point(size_t size) {
   ThreadState& t = tls_state;

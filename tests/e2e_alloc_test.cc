@@ -17,7 +17,7 @@ namespace {
 
 struct Site {
   std::string name;
-  uint64_t start = 0, end = 0;  // code range
+  uint64_t start = 0, end = 0;    // code range
   uint64_t bytes = 0, count = 0;  // what the program really allocated there
 };
 
@@ -231,8 +231,8 @@ TEST_F(E2EAlloc, DroppedSamplesAreCountedExactly) {
 }
 
 TEST_F(E2EAlloc, DisabledWritesNothing) {
-  RunResult r = run({program("known_sites"), "counted", "10"},
-                    {"D9_OUTPUT=" + dir_, "D9_ENABLE=0"});
+  RunResult r =
+      run({program("known_sites"), "counted", "10"}, {"D9_OUTPUT=" + dir_, "D9_ENABLE=0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   EXPECT_TRUE(list_dirs(dir_).empty());

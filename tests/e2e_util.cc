@@ -16,7 +16,9 @@ extern char** environ;
 namespace d9::test {
 namespace fs = std::filesystem;
 
-std::string libd9_path() { return std::string(D9_BUILD_DIR) + "/libd9.so"; }
+std::string libd9_path() {
+  return std::string(D9_BUILD_DIR) + "/libd9.so";
+}
 std::string program(const std::string& name) {
   return std::string(D9_BUILD_DIR) + "/tests/programs/" + name;
 }
@@ -107,8 +109,8 @@ void remove_tree(const std::string& path) {
 std::vector<std::string> find_segments(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
     if (!it->is_regular_file()) continue;
     std::string name = it->path().filename().string();

@@ -89,7 +89,8 @@ TEST(Encoder, SchemaFieldsMatchTheContract) {
   EXPECT_EQ(schemas["AllocEvent"], (F{{"tid", 13}, {"size", 9}, {"addr", 9}, {"callchain", 6}}));
   EXPECT_EQ(schemas["FreeEvent"],
             (F{{"tid", 13}, {"addr", 9}, {"size", 9}, {"alloc_timestamp_ns", 9}}));
-  EXPECT_EQ(schemas["MemoryProfileOverflowEvent"], (F{{"dropped_allocs", 9}, {"dropped_frees", 9}}));
+  EXPECT_EQ(schemas["MemoryProfileOverflowEvent"],
+            (F{{"dropped_allocs", 9}, {"dropped_frees", 9}}));
 }
 
 TEST(Encoder, StacksAndStringsArePooledOncePerSubStream) {
@@ -117,8 +118,8 @@ TEST(Encoder, StacksAndStringsArePooledOncePerSubStream) {
 TEST(Encoder, TimestampsSurviveBackwardsAndLargeJumps) {
   Encoder e;
   e.begin_stream();
-  const std::vector<uint64_t> ts = {1'000, 1'500, 900, 900 + 0xFFFFFF, 900 + 0xFFFFFF + 0x1000000,
-                                    0, 1ULL << 62};
+  const std::vector<uint64_t> ts = {
+      1'000, 1'500, 900, 900 + 0xFFFFFF, 900 + 0xFFFFFF + 0x1000000, 0, 1ULL << 62};
   for (uint64_t t : ts) e.overflow_event(t, 1, 0);
   decode::Trace t = decode_bytes(e.bytes());
   ASSERT_EQ(t.overflows.size(), ts.size());

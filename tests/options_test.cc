@@ -56,8 +56,8 @@ TEST(Options, Sizes) {
 TEST(Options, ValidValues) {
   Options o = parse({"D9_OUTPUT=/tmp/x", "D9_SAMPLE_RATE=1", "D9_LIVESET=0", "D9_CPU_HZ=0",
                      "D9_MAX_FILE_SIZE=64K", "D9_ROTATE_SECS=1", "D9_MAX_TOTAL_SIZE=1G",
-                     "D9_COMPRESS=gzip", "D9_SERVICE=api", "D9_STACK_DEPTH=16",
-                     "D9_RING_SLOTS=16", "D9_ENABLE=0", "D9_SEED=99"});
+                     "D9_COMPRESS=gzip", "D9_SERVICE=api", "D9_STACK_DEPTH=16", "D9_RING_SLOTS=16",
+                     "D9_ENABLE=0", "D9_SEED=99"});
   EXPECT_STREQ(o.output, "/tmp/x");
   EXPECT_EQ(o.sample_rate, 1u);
   EXPECT_FALSE(o.liveset);

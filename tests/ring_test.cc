@@ -124,8 +124,12 @@ void run_mpsc(uint32_t slots, int producers, uint64_t per_producer) {
   EXPECT_EQ(delivered + ring.dropped(), producers * per_producer);
 }
 
-TEST(Ring, ManyProducersTinyRingCountsEveryDrop) { run_mpsc(16, 4, 200000); }
-TEST(Ring, ManyProducersLargeRing) { run_mpsc(4096, 3, 200000); }
+TEST(Ring, ManyProducersTinyRingCountsEveryDrop) {
+  run_mpsc(16, 4, 200000);
+}
+TEST(Ring, ManyProducersLargeRing) {
+  run_mpsc(4096, 3, 200000);
+}
 
 }  // namespace
 }  // namespace d9

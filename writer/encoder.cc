@@ -8,7 +8,9 @@ namespace {
 using fmt::FieldType;
 using fmt::Frame;
 
-constexpr uint8_t T(FieldType t) { return static_cast<uint8_t>(t); }
+constexpr uint8_t T(FieldType t) {
+  return static_cast<uint8_t>(t);
+}
 
 // Field names, types and order are the contract in dial9-format.md §2; do not reorder.
 constexpr FieldSpec kClockSyncFields[] = {{"realtime_ns", T(FieldType::kVarint)}};
@@ -28,12 +30,10 @@ constexpr FieldSpec kLiveFields[] = {{"tid", T(FieldType::kU32)},
                                      {"addr", T(FieldType::kVarint)},
                                      {"alloc_timestamp_ns", T(FieldType::kVarint)},
                                      {"callchain", T(FieldType::kPooledStack)}};
-constexpr FieldSpec kModuleFields[] = {{"path", T(FieldType::kString)},
-                                       {"build_id", T(FieldType::kString)},
-                                       {"start", T(FieldType::kVarint)},
-                                       {"end", T(FieldType::kVarint)},
-                                       {"bias", T(FieldType::kVarint)},
-                                       {"loaded", T(FieldType::kBool)}};
+constexpr FieldSpec kModuleFields[] = {
+    {"path", T(FieldType::kString)},  {"build_id", T(FieldType::kString)},
+    {"start", T(FieldType::kVarint)}, {"end", T(FieldType::kVarint)},
+    {"bias", T(FieldType::kVarint)},  {"loaded", T(FieldType::kBool)}};
 constexpr FieldSpec kSymbolFields[] = {{"addr", T(FieldType::kVarint)},
                                        {"size", T(FieldType::kVarint)},
                                        {"symbol_name", T(FieldType::kPooledString)},
@@ -51,7 +51,9 @@ const EventSpec kSymbol{fmt::kSymbolTableEntry, true, kSymbolFields};
 
 }  // namespace
 
-Encoder::Encoder() { out_.reserve(1 << 16); }
+Encoder::Encoder() {
+  out_.reserve(1 << 16);
+}
 
 void Encoder::begin_stream() {
   out_.insert(out_.end(), fmt::kMagic, fmt::kMagic + sizeof(fmt::kMagic));

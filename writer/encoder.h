@@ -45,8 +45,7 @@ class Encoder {
   void segment_metadata(uint64_t mono_ns, const StringMap& entries);
   void alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
                    std::span<const uint64_t> stack);
-  void free_event(uint64_t ts, uint32_t tid, uint64_t addr, uint64_t size,
-                  uint64_t alloc_ts);
+  void free_event(uint64_t ts, uint32_t tid, uint64_t addr, uint64_t size, uint64_t alloc_ts);
   void overflow_event(uint64_t ts, uint64_t dropped_allocs, uint64_t dropped_frees);
   // d9's own event (no timestamp, so dial9's readers skip it): one sampled allocation still
   // live when the segment was sealed. A leak report can work from the last segment alone.
@@ -54,8 +53,8 @@ class Encoder {
                        std::span<const uint64_t> stack);
   // d9's own event (no timestamp): one module of the process, so a segment can be
   // symbolized offline (`d9 symbolize`) when it was sealed without symbols.
-  void module_entry(std::string_view path, std::string_view build_id, uint64_t start,
-                    uint64_t end, uint64_t bias, bool loaded);
+  void module_entry(std::string_view path, std::string_view build_id, uint64_t start, uint64_t end,
+                    uint64_t bias, bool loaded);
   void symbol_entry(uint64_t addr, uint64_t size, std::string_view name, uint64_t inline_depth,
                     std::string_view file, uint64_t line);
 

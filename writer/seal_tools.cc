@@ -13,8 +13,8 @@ SealTools* load_seal_tools(std::string* error) {
   }
   std::string path = self.dli_fname;
   size_t slash = path.rfind('/');
-  path = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
-         kSealToolsLibrary;
+  path =
+      (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + kSealToolsLibrary;
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char* why = dlerror();

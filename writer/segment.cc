@@ -26,7 +26,9 @@ ClockPair read_clock_pair() {
           static_cast<uint64_t>(rt.tv_sec) * 1000000000ULL + static_cast<uint64_t>(rt.tv_nsec)};
 }
 
-Segment::~Segment() { close_fd(); }
+Segment::~Segment() {
+  close_fd();
+}
 
 void Segment::close_fd() {
   if (fd_ >= 0) close(fd_);
@@ -128,8 +130,8 @@ std::string Segment::seal(const SealOptions& options) {
     return "";
   }
   // Never over an existing segment (a reused directory name, say).
-  if (renameat2(AT_FDCWD, active_path_.c_str(), AT_FDCWD, sealed_path_.c_str(),
-                RENAME_NOREPLACE) != 0) {
+  if (renameat2(AT_FDCWD, active_path_.c_str(), AT_FDCWD, sealed_path_.c_str(), RENAME_NOREPLACE) !=
+      0) {
     error_ = "cannot rename " + active_path_ + ": " + strerror(errno);
     return "";
   }

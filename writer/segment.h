@@ -13,9 +13,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <optional>
+#include <string>
 
 #include "writer/encoder.h"
 #include "writer/seal_tools.h"
@@ -43,9 +42,9 @@ class Segment {
   bool flush();
 
   struct SealOptions {
-    StringMap extra_metadata;                    // added to segment.complete=true
-    SealTools* tools = nullptr;                  // symbols and compression; null: neither
-    bool symbolize = true;                       // SymbolTableEntry records (else the module map only)
+    StringMap extra_metadata;    // added to segment.complete=true
+    SealTools* tools = nullptr;  // symbols and compression; null: neither
+    bool symbolize = true;       // SymbolTableEntry records (else the module map only)
     std::optional<SealCompression> compression;  // none: the segment stays `.bin`
   };
   // Writes the closing metadata and symbols, closes, renames to the sealed name and

@@ -18,12 +18,14 @@
 #include <new>
 
 #define SITE(name) extern "C" __attribute__((noinline, used, section("d9site_" #name)))
-#define SECTION_BOUNDS(name)                    \
+#define SECTION_BOUNDS(name)                     \
   extern "C" const char __start_d9site_##name[]; \
   extern "C" const char __stop_d9site_##name[];
 
 // Keeps the compiler from pairing and deleting malloc/free.
-static inline void use(void* p) { asm volatile("" : : "r"(p) : "memory"); }
+static inline void use(void* p) {
+  asm volatile("" : : "r"(p) : "memory");
+}
 
 static void report(const char* name, const char* start, const char* stop, uint64_t bytes,
                    uint64_t count) {
@@ -80,12 +82,12 @@ SITE(counted) void site_counted(uint64_t rounds) {
     void* f = memalign(256, 600);
     char* g = new char[700];
     auto* h = new (std::nothrow) char[800];
-    void* k = ::operator new(900, std::align_val_t{512});
+    void* k = ::operator new (900, std::align_val_t{512});
     use(a), use(b), use(c), use(d), use(e), use(f), use(g), use(h), use(k);
     free(a), free(b), free(c), free(d), free(e), free(f);
     delete[] g;
     delete[] h;
-    ::operator delete(k, std::align_val_t{512});
+    ::operator delete (k, std::align_val_t{512});
   }
 }
 

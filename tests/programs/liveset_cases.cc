@@ -20,7 +20,9 @@
   extern "C" const char __start_d9site_##name[]; \
   extern "C" const char __stop_d9site_##name[];
 
-static inline void use(void* p) { asm volatile("" : : "r"(p) : "memory"); }
+static inline void use(void* p) {
+  asm volatile("" : : "r"(p) : "memory");
+}
 
 static void report(const char* name, const char* start, const char* stop, uint64_t bytes,
                    uint64_t count) {
@@ -54,7 +56,9 @@ SITE(churn) void site_churn(uint64_t bytes) {
 BOUNDS(leak)
 BOUNDS(churn)
 
-static long gettid_() { return syscall(SYS_gettid); }
+static long gettid_() {
+  return syscall(SYS_gettid);
+}
 
 static void* g_handoff;
 static void* free_elsewhere(void*) {
