@@ -5,12 +5,15 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <new>
 
 namespace d9::cli {
 
@@ -167,7 +170,46 @@ void RawSegment::unmap() {
   map_size_ = 0;
 }
 
+bool RawSegment::decompress_fast(std::span<const uint8_t> data, size_t max_raw) {
+  if (container_ == decode::Container::kZstd) {
+    const unsigned long long n = ZSTD_getFrameContentSize(data.data(), data.size());
+    if (n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR || n == 0 || n > max_raw) {
+      return false;
+    }
+    if (ZSTD_findFrameCompressedSize(data.data(), data.size()) != data.size()) return false;
+    fast_.reset(new (std::nothrow) uint8_t[n]);
+    if (!fast_) return false;
+    const size_t got = ZSTD_decompress(fast_.get(), n, data.data(), data.size());
+    if (ZSTD_isError(got) || got != n) return false;
+    raw_ = {fast_.get(), static_cast<size_t>(n)};
+    return true;
+  }
+  if (container_ == decode::Container::kGzip && data.size() >= 18) {
+    uint32_t isize = 0;
+    for (int i = 3; i >= 0; --i)
+      isize = (isize << 8) | data[data.size() - 4 + static_cast<size_t>(i)];
+    if (isize == 0 || isize > max_raw) return false;
+    fast_.reset(new (std::nothrow) uint8_t[isize]);
+    if (!fast_) return false;
+    z_stream zs{};
+    if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) return false;
+    zs.next_in = const_cast<Bytef*>(data.data());
+    zs.avail_in = static_cast<uInt>(data.size());
+    zs.next_out = fast_.get();
+    zs.avail_out = isize;
+    const int rc = data.size() <= UINT32_MAX ? inflate(&zs, Z_FINISH) : Z_DATA_ERROR;
+    const bool ok = rc == Z_STREAM_END && zs.avail_in == 0 && zs.total_out == isize;
+    inflateEnd(&zs);
+    if (!ok) return false;  // several members, damage, or a size beyond 4 GiB
+    raw_ = {fast_.get(), isize};
+    return true;
+  }
+  return false;
+}
+
 void RawSegment::decompress(std::span<const uint8_t> data, size_t max_raw) {
+  if (decompress_fast(data, max_raw)) return;
+  fast_.reset();
   decode::RawTrace r = decode::Decompress(data, {.max_output_bytes = max_raw});
   owned_ = std::move(r.bytes);
   raw_ = owned_;
@@ -176,6 +218,7 @@ void RawSegment::decompress(std::span<const uint8_t> data, size_t max_raw) {
 
 void RawSegment::assign(const std::string& /*path*/, std::span<const uint8_t> data) {
   unmap();
+  fast_.reset();
   error_.clear();
   file_bytes_ = data.size();
   container_ = decode::DetectContainer(data);
@@ -192,6 +235,7 @@ void RawSegment::assign(const std::string& /*path*/, std::span<const uint8_t> da
 bool RawSegment::open(const std::string& path, size_t max_raw) {
   unmap();
   owned_.clear();
+  fast_.reset();
   raw_ = {};
   error_.clear();
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

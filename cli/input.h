@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,9 +54,14 @@ class RawSegment {
  private:
   void unmap();
   void decompress(std::span<const uint8_t> data, size_t max_raw);
+  // Single-shot decompression into an exactly sized, uninitialised buffer when the size is
+  // known up front (one zstd frame with its content size; one gzip member, from ISIZE).
+  // False when that does not apply or fails: decompress() then takes the general path.
+  bool decompress_fast(std::span<const uint8_t> data, size_t max_raw);
 
   std::span<const uint8_t> raw_;
   std::vector<uint8_t> owned_;
+  std::unique_ptr<uint8_t[]> fast_;
   void* map_ = nullptr;
   size_t map_size_ = 0;
   decode::Container container_ = decode::Container::kUnknown;

@@ -559,8 +559,17 @@ TEST(CliInputs, ContainersAreToldByMagicBytes) {
   test::write_bytes(dir + "/raw/trace.0.bin.zst", b.bytes());
   test::write_bytes(dir + "/gz/trace.0.bin", test::gzip_compress(b.bytes()));
   test::write_bytes(dir + "/zst/trace.0.bin.active", test::zstd_compress(b.bytes()));
+  // Several gzip members / zstd frames back to back (no single size up front).
+  const std::vector<uint8_t> all = b.bytes();
+  const std::vector<uint8_t> half1(all.begin(), all.begin() + all.size() / 2),
+      half2(all.begin() + all.size() / 2, all.end());
+  std::vector<uint8_t> gz2 = test::gzip_compress(half1), zst2 = test::zstd_compress(half1);
+  for (uint8_t c : test::gzip_compress(half2)) gz2.push_back(c);
+  for (uint8_t c : test::zstd_compress(half2)) zst2.push_back(c);
+  test::write_bytes(dir + "/gz2/trace.0.bin.gz", gz2);
+  test::write_bytes(dir + "/zst2/trace.0.bin.zst", zst2);
   double bytes = -1;
-  for (const char* sub : {"raw", "gz", "zst"}) {
+  for (const char* sub : {"raw", "gz", "zst", "gz2", "zst2"}) {
     LoadOptions o;
     o.progress = false;
     Profile p(o);
