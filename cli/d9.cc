@@ -42,7 +42,7 @@ Selection (all analysis commands):
   --from T, --to T      time window: seconds from the start of the trace (12, 1.5s, 300ms,
                         2m, 1h), Unix time (@1714560000) or a date (2024-05-01T12:00:00,
                         local time unless it ends in Z or +HH:MM); wall clock comes from
-                        ClockSyncEvent
+                        ClockSyncEvent; leaks: the live allocations made in the window
   --tid N[,N...]        only these threads
   --pid N[,N...]        only these processes (process.pid, or the pid in the boot id)
   --process ID[,ID...]  only these boot ids (the directory names under D9_OUTPUT)
