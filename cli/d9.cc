@@ -130,6 +130,7 @@ struct Args {
   ReportOptions report;
   bool group_set = false;
   bool top_set = false;
+  bool frames_set = false;
   LoadOptions load;
   std::string kind, format, output, title;
   bool folded = false;
@@ -162,6 +163,7 @@ int parse_args(const std::vector<std::string>& args, Args* a) {
         return usage_error("--frames N (1-1000)");
       }
       a->report.frames = static_cast<int>(n);
+      a->frames_set = true;
     } else if (arg == "--group") {
       if (!value(&v) || !parse_group(v, &a->report.group)) {
         return usage_error("--group function|stack|line");
@@ -265,7 +267,7 @@ int cmd_report(Args& a) {
   if (a.paths.empty()) return usage_error("'" + a.command + "' needs a PATH");
   const std::string& c = a.command;
   if (c == "summary" && !a.top_set) a.report.top = 5;
-  if (c == "summary" && a.report.frames == 6) a.report.frames = 4;
+  if (c == "summary" && !a.frames_set) a.report.frames = 4;
   if (c == "cpu" && !a.group_set) a.report.group = Group::kFunction;
   a.load.track_live = c == "summary" || c == "leaks";
   Profile p(a.load);
