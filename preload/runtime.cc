@@ -482,7 +482,11 @@ void before_dlclose() {
 
 bool at_sample_point(size_t size) {
   ThreadState& t = tls_state;
-  if (t.in_d9 || t.internal) return false;
+  if (t.internal) {
+    t.bytes_until_sample = INT64_MAX;  // d9's own threads: park, never come back here
+    return false;
+  }
+  if (t.in_d9) return false;
   int state = g_state.load(std::memory_order_acquire);
   if (state == kUninit) state = start_process();
   if (state != kOn) {
