@@ -816,5 +816,31 @@ TEST_F(E2ESegments, BytesPerAllocationSampleOnARealisticRun) {
   EXPECT_LE(per_sample, 40.0) << "issue 5 target: <= 40 B per allocation sample";
 }
 
+// A failing disk: writes fail (here with EFBIG, from `ulimit -f` with SIGXFSZ ignored, as a
+// full disk fails them with ENOSPC). d9 drops the segment, says so once, keeps retrying,
+// and the program runs on unaffected: same output, exit status 0, no .active left.
+TEST_F(E2ESegments, FailingWritesDropSegmentsAndLeaveTheHostAlone) {
+  std::string prog = program("known_sites");
+  std::string script = "ulimit -f 32; trap '' XFSZ; exec " + prog + " counted 20000";
+  RunResult ref = run({"/bin/bash", "-c", script}, {}, /*preload=*/false);
+  ASSERT_EQ(ref.exit_code, 0) << ref.err;
+  RunResult r = run({"/bin/bash", "-c", script},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_RING_SLOTS=65536"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // Code ranges differ between runs (ASLR); the rest of the output must not.
+  auto strip_addresses = [](const std::string& out) { return out.substr(0, out.find(' ', 5)); };
+  EXPECT_EQ(strip_addresses(r.out), strip_addresses(ref.out));
+  int lines = 0, dropped = 0;
+  for (size_t pos = 0; (pos = r.err.find("d9: ", pos)) != std::string::npos; ++pos) {
+    ++lines;
+    dropped += r.err.compare(r.err.find(';', pos) + 2, 17, "segment dropped, ") == 0;
+  }
+  EXPECT_GE(dropped, 1) << r.err;
+  EXPECT_LE(lines, 2) << "write errors are reported at most once a minute per process: " << r.err;
+  for (const std::string& path : find_segments(dir_)) {
+    EXPECT_FALSE(path.ends_with(".active")) << "a failed segment is removed: " << path;
+  }
+}
+
 }  // namespace
 }  // namespace d9::test
