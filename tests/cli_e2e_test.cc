@@ -19,24 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Site {
-  std::string name;
-  uint64_t start = 0, end = 0, bytes = 0, count = 0;
-};
-
-std::vector<Site> parse_sites(const std::string& out) {
-  std::vector<Site> sites;
-  std::istringstream in(out);
-  std::string word;
-  while (in >> word) {
-    if (word != "site") continue;
-    Site s;
-    in >> s.name >> s.start >> s.end >> s.bytes >> s.count;
-    sites.push_back(s);
-  }
-  return sites;
-}
-
 // A number after "key": in one line of d9's JSON.
 double json_number(const std::string& line, const std::string& key) {
   size_t at = line.find("\"" + key + "\":");

@@ -15,33 +15,6 @@
 namespace d9::test {
 namespace {
 
-struct Site {
-  std::string name;
-  uint64_t start = 0, end = 0;    // code range
-  uint64_t bytes = 0, count = 0;  // what the program really allocated there
-};
-
-std::vector<Site> parse_sites(const std::string& out) {
-  std::vector<Site> sites;
-  std::istringstream in(out);
-  std::string word;
-  while (in >> word) {
-    if (word != "site") continue;
-    Site s;
-    in >> s.name >> s.start >> s.end >> s.bytes >> s.count;
-    sites.push_back(s);
-  }
-  return sites;
-}
-
-const Site* site_of(const std::vector<Site>& sites, uint64_t pc) {
-  for (const Site& s : sites) {
-    // A return address may point just past the call at the very end of the range.
-    if (pc > s.start && pc <= s.end) return &s;
-  }
-  return nullptr;
-}
-
 class E2EAlloc : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = make_temp_dir("e2e-alloc"); }

@@ -14,11 +14,6 @@
 namespace d9::test {
 namespace {
 
-struct Site {
-  std::string name;
-  uint64_t start = 0, end = 0, bytes = 0, count = 0;
-};
-
 struct Live {
   uint32_t tid;
   uint64_t size, addr, alloc_ts;
@@ -55,25 +50,10 @@ uint64_t meta(const decode::Trace& t, const std::string& key) {
   return it == t.metadata.end() ? 0 : strtoull(it->second.c_str(), nullptr, 10);
 }
 
-std::vector<Site> parse_sites(const std::string& out) {
-  std::vector<Site> sites;
-  std::istringstream in(out);
-  std::string word;
-  while (in >> word) {
-    if (word != "site") continue;
-    Site s;
-    in >> s.name >> s.start >> s.end >> s.bytes >> s.count;
-    sites.push_back(s);
-  }
-  return sites;
-}
-
 std::string site_name(const std::vector<Site>& sites, const std::vector<uint64_t>& stack) {
   // The site may be a frame or two above the leaf (vector growth, inlined helpers).
   for (size_t i = 0; i < stack.size() && i < 4; ++i) {
-    for (const Site& s : sites) {
-      if (stack[i] > s.start && stack[i] <= s.end) return s.name;
-    }
+    if (const Site* s = site_of(sites, stack[i])) return s->name;
   }
   return "other";
 }

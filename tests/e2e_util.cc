@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 extern char** environ;
 
@@ -89,6 +90,26 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
   waitpid(pid, &status, 0);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+std::vector<Site> parse_sites(const std::string& out) {
+  std::vector<Site> sites;
+  std::istringstream in(out);
+  std::string word;
+  while (in >> word) {
+    if (word != "site") continue;
+    Site s;
+    in >> s.name >> s.start >> s.end >> s.bytes >> s.count;
+    sites.push_back(s);
+  }
+  return sites;
+}
+
+const Site* site_of(const std::vector<Site>& sites, uint64_t pc) {
+  for (const Site& s : sites) {
+    if (pc > s.start && pc <= s.end) return &s;
+  }
+  return nullptr;
 }
 
 std::string make_temp_dir(const std::string& tag) {

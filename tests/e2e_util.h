@@ -2,6 +2,7 @@
 // decode the segments it wrote.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,17 @@ void remove_tree(const std::string& path);
 std::vector<std::string> find_segments(const std::string& dir);
 // Sub-directories directly under dir (one per profiled process).
 std::vector<std::string> list_dirs(const std::string& dir);
+
+// Allocation sites as the test programs print them (tests/programs/sites.h):
+// "site NAME START END BYTES COUNT", START..END being the site's code range.
+struct Site {
+  std::string name;
+  uint64_t start = 0, end = 0, bytes = 0, count = 0;
+};
+std::vector<Site> parse_sites(const std::string& out);
+// The site whose code holds `pc` (a return address may point just past the range's last
+// call), or nullptr.
+const Site* site_of(const std::vector<Site>& sites, uint64_t pc);
 
 // Path of a program the suite builds (tests/programs/NAME).
 std::string program(const std::string& name);

@@ -17,22 +17,7 @@
 #include <cstdint>
 #include <new>
 
-#define SITE(name) extern "C" __attribute__((noinline, used, section("d9site_" #name)))
-#define SECTION_BOUNDS(name)                     \
-  extern "C" const char __start_d9site_##name[]; \
-  extern "C" const char __stop_d9site_##name[];
-
-// Keeps the compiler from pairing and deleting malloc/free.
-static inline void use(void* p) {
-  asm volatile("" : : "r"(p) : "memory");
-}
-
-static void report(const char* name, const char* start, const char* stop, uint64_t bytes,
-                   uint64_t count) {
-  printf("site %s %lu %lu %lu %lu\n", name, reinterpret_cast<unsigned long>(start),
-         reinterpret_cast<unsigned long>(stop), static_cast<unsigned long>(bytes),
-         static_cast<unsigned long>(count));
-}
+#include "tests/programs/sites.h"
 
 SITE(small) void site_small(uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) {
@@ -91,15 +76,15 @@ SITE(counted) void site_counted(uint64_t rounds) {
   }
 }
 
-SECTION_BOUNDS(small)
-SECTION_BOUNDS(medium)
-SECTION_BOUNDS(large)
-SECTION_BOUNDS(tiny)
-SECTION_BOUNDS(counted)
+SITE_BOUNDS(small)
+SITE_BOUNDS(medium)
+SITE_BOUNDS(large)
+SITE_BOUNDS(tiny)
+SITE_BOUNDS(counted)
 
 static void run_counted(uint64_t rounds) {
   site_counted(rounds);
-  report("counted", __start_d9site_counted, __stop_d9site_counted, rounds * 4500, rounds * 9);
+  REPORT_SITE(counted, rounds * 4500, rounds * 9);
 }
 
 static void* exit_from_thread(void*) {
@@ -115,10 +100,10 @@ int main(int argc, char** argv) {
     site_medium(kMedium);
     site_large(kLarge);
     site_tiny(kTiny);
-    report("small", __start_d9site_small, __stop_d9site_small, kSmall * 1024, kSmall);
-    report("medium", __start_d9site_medium, __stop_d9site_medium, kMedium * 65536, kMedium);
-    report("large", __start_d9site_large, __stop_d9site_large, kLarge * (4 << 20), kLarge);
-    report("tiny", __start_d9site_tiny, __stop_d9site_tiny, kTiny * 32, kTiny);
+    REPORT_SITE(small, kSmall * 1024, kSmall);
+    REPORT_SITE(medium, kMedium * 65536, kMedium);
+    REPORT_SITE(large, kLarge * (4 << 20), kLarge);
+    REPORT_SITE(tiny, kTiny * 32, kTiny);
     return 0;
   }
   if (argc >= 3 && strcmp(argv[1], "counted") == 0) {

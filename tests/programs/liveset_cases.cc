@@ -15,21 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#define SITE(name) extern "C" __attribute__((noinline, used, section("d9site_" #name)))
-#define BOUNDS(name)                             \
-  extern "C" const char __start_d9site_##name[]; \
-  extern "C" const char __stop_d9site_##name[];
-
-static inline void use(void* p) {
-  asm volatile("" : : "r"(p) : "memory");
-}
-
-static void report(const char* name, const char* start, const char* stop, uint64_t bytes,
-                   uint64_t count) {
-  printf("site %s %lu %lu %lu %lu\n", name, reinterpret_cast<unsigned long>(start),
-         reinterpret_cast<unsigned long>(stop), static_cast<unsigned long>(bytes),
-         static_cast<unsigned long>(count));
-}
+#include "tests/programs/sites.h"
 
 static std::vector<void*> g_leaked;
 
@@ -53,8 +39,8 @@ SITE(churn) void site_churn(uint64_t bytes) {
   }
 }
 
-BOUNDS(leak)
-BOUNDS(churn)
+SITE_BOUNDS(leak)
+SITE_BOUNDS(churn)
 
 static long gettid_() {
   return syscall(SYS_gettid);
@@ -110,8 +96,8 @@ int main(int argc, char** argv) {
     const uint64_t kLeakBlocks = 65536, kChurnBytes = 2ULL << 30;
     site_leak(kLeakBlocks);
     site_churn(kChurnBytes);
-    report("leak", __start_d9site_leak, __stop_d9site_leak, kLeakBlocks * 1024, kLeakBlocks);
-    report("churn", __start_d9site_churn, __stop_d9site_churn, kChurnBytes, 0);
+    REPORT_SITE(leak, kLeakBlocks * 1024, kLeakBlocks);
+    REPORT_SITE(churn, kChurnBytes, 0);
     return 0;
   }
   if (argc >= 2 && !strcmp(argv[1], "cases")) {
