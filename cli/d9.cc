@@ -13,6 +13,7 @@
 #include "cli/profile.h"
 #include "cli/report.h"
 #include "cli/run.h"
+#include "cli/symbolize.h"
 
 namespace d9::cli {
 namespace {
@@ -32,6 +33,9 @@ Commands:
   diff A B              per-site change in estimated bytes and in CPU share from A to B
   run [opts] -- CMD...  run CMD with libd9.so preloaded, then say where the trace went and
                         summarise it; exits with CMD's status
+  symbolize PATH...     add symbols to segments written without them (D9_SYMBOLIZE=0, or
+                        .active files of a killed process), offline, from the recorded
+                        module map and build-ids
 
 PATH is a segment file (.bin, .bin.gz, .bin.zst, .active; the format is told by its magic
 bytes) or a directory searched recursively. Files are read one at a time; a damaged file
@@ -92,6 +96,17 @@ run:
   -o DIR                D9_OUTPUT (default: $D9_OUTPUT or ./d9-traces)
   --lib PATH            libd9.so to preload (default: beside d9, or ../lib when installed)
   -q, --quiet           print only where the trace went
+
+symbolize:
+  -o DIR                write STEM.bin[.zst|.gz] into DIR (directory inputs keep their
+                        sub-directories); default: next to the input, never replacing a
+                        file (an .active input gives STEM.bin)
+  --in-place            replace each input (temporary file, then rename; an .active input
+                        becomes STEM.bin)
+  --debuginfod          let elfutils fetch missing debug info from $DEBUGINFOD_URLS
+  Each module's file is checked against its recorded build-id; a mismatch is refused. A
+  segment without a module map (an .active file never sealed) uses the one of the newest
+  sealed segment of the same process beside it. Compression follows the input.
 
 Other options:
   --no-progress         no progress line (shown on a terminal for work over a second)
@@ -437,6 +452,42 @@ int cmd_run(int argc, char** argv) {
   return run_profiled(o);
 }
 
+int cmd_symbolize(int argc, char** argv) {
+  SymbolizeOptions o;
+  std::vector<std::string> paths;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") {
+      paths.insert(paths.end(), argv + i + 1, argv + argc);
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      fputs(kHelp, stdout);
+      return 0;
+    }
+    if (arg == "-o" || arg == "--output") {
+      if (i + 1 >= argc) return usage_error("-o DIR");
+      o.out_dir = argv[++i];
+    } else if (arg.rfind("--output=", 0) == 0) {
+      o.out_dir = arg.substr(9);
+    } else if (arg == "--in-place") {
+      o.in_place = true;
+    } else if (arg == "--debuginfod") {
+      o.debuginfod = true;
+    } else if (arg == "-q" || arg == "--quiet") {
+      o.quiet = true;
+    } else if (arg == "--no-progress") {
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      return usage_error("unknown option " + arg + " for 'symbolize'");
+    } else {
+      paths.push_back(arg);
+    }
+  }
+  if (paths.empty()) return usage_error("'symbolize' needs a PATH");
+  if (o.in_place && !o.out_dir.empty()) return usage_error("-o and --in-place exclude each other");
+  return symbolize_files(paths, o, stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -454,6 +505,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "run") return cmd_run(argc, argv);
+  if (cmd == "symbolize") return cmd_symbolize(argc, argv);
   Args a;
   a.command = cmd;
   for (int i = 2; i < argc; ++i) {

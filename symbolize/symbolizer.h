@@ -57,6 +57,23 @@ struct Module {
   bool loaded = true;        // false once dlclose'd (still resolvable)
 };
 
+// Offline mode: what became of one module of a recorded module map.
+enum class ModuleFile : uint8_t {
+  kOk,           // opened; its build-id matches the recorded one (or none was recorded)
+  kMissing,      // no file at the recorded path, nor a debug file for its build-id
+  kNotElf,       // the file exists but cannot be read as ELF
+  kMismatch,     // the file's build-id differs from the recorded one: refused
+  kUnavailable,  // a pseudo path ("[vdso]" of another kernel, "[unknown]"): nothing to read
+};
+const char* ModuleFileName(ModuleFile f);
+
+struct ModuleCheck {
+  Module module;  // as recorded
+  ModuleFile file = ModuleFile::kOk;
+  std::string opened;             // the file read ("" unless kOk)
+  std::string file_build_id_hex;  // the file's build-id, for kMismatch
+};
+
 struct Options {
   // Let elfutils fetch missing debug info from the servers in DEBUGINFOD_URLS.
   bool debuginfod = false;
@@ -67,6 +84,16 @@ class Symbolizer {
   // Reports the modules of the current process. If libdw cannot start, every address
   // resolves to a placeholder.
   explicit Symbolizer(const Options& options = {});
+  // Offline (`d9 symbolize`): resolves addresses of another, possibly long gone, process
+  // from its recorded module map (Libd9Module events), in recorded (discovery) order: a
+  // later module wins a range it shares with an earlier one, as it did in the process. Each
+  // module is read from its recorded path, or, when that is gone, from the debug file of its
+  // build-id under /usr/lib/debug/.build-id; a file whose build-id differs from the recorded
+  // one is refused (kMismatch), since it would give wrong answers. The vDSO is used when the
+  // running kernel's has the recorded build-id. Separate debug files are found as in process.
+  // Addresses in refused or missing modules resolve to "[unknown]" placeholders.
+  // refresh_modules() does nothing in this mode.
+  Symbolizer(const std::vector<Module>& recorded, const Options& options);
   ~Symbolizer();
   Symbolizer(const Symbolizer&) = delete;
   Symbolizer& operator=(const Symbolizer&) = delete;
@@ -105,6 +132,12 @@ class Symbolizer {
   // Every module reported so far, in discovery order (unloaded ones included).
   std::vector<Module> modules() const;
 
+  // Offline: one check per recorded module, in recorded order (empty in process).
+  const std::vector<ModuleCheck>& checks() const { return checks_; }
+  // Offline: the check of the module that resolves return address `addr` (looked up at
+  // addr-1, as resolve() does), or nullptr outside every recorded module.
+  const ModuleCheck* check_at(uint64_t addr) const;
+
   // False when libdw could not be initialised (then everything is a placeholder).
   bool ok() const { return dwfl_ != nullptr; }
 
@@ -119,6 +152,8 @@ class Symbolizer {
   bool loader_changed() const;
 
   Options options_;
+  bool offline_ = false;
+  std::vector<ModuleCheck> checks_;  // offline: parallel to recs_
   Dwfl* dwfl_ = nullptr;
   std::vector<std::unique_ptr<ModuleRec>> recs_;  // discovery order, never shrinks
   std::map<uint64_t, ModuleRec*> by_start_;       // non-overlapping, newest mapping wins
