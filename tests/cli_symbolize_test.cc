@@ -1,0 +1,399 @@
+// `d9 symbolize` end to end: segments written with D9_SYMBOLIZE=0 (and the `.active` file of
+// a SIGKILLed process) get the same symbols offline as libd9 gives in process; a module
+// whose file no longer has the recorded build-id is refused with a message.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "tests/cli_test_util.h"
+#include "tests/e2e_util.h"
+
+extern char** environ;
+
+namespace d9::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string subject() {
+  return program("segments_subject");
+}
+std::string dso_path() {
+  return program("libsegments_dso.so");
+}
+
+std::string basename_of(const std::string& path) {
+  return fs::path(path).filename().string();
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+struct Module {
+  std::string path, build_id;
+  uint64_t start = 0, end = 0, bias = 0;
+};
+
+struct Segment {
+  decode::Trace trace;
+  std::vector<uint8_t> raw;
+  std::vector<Module> modules;
+  std::set<uint64_t> callchain_addrs;
+  std::map<uint64_t, std::vector<decode::SymbolTableEntry>> symbols;  // addr -> by depth
+
+  // (module path, address - bias) for an address, or ("", 0).
+  std::pair<std::string, uint64_t> where(uint64_t addr) const {
+    const Module* found = nullptr;
+    for (const Module& m : modules) {
+      if (addr - 1 >= m.start && addr - 1 < m.end) found = &m;  // the newest mapping wins
+    }
+    if (found == nullptr) return {"", 0};
+    return {fs::weakly_canonical(found->path).string(), addr - found->bias};
+  }
+  // The leaf of the allocations of `size` bytes (one call site).
+  uint64_t leaf_of(uint64_t size) const {
+    for (const decode::AllocEvent& a : trace.allocs) {
+      auto stack = trace.stack(a.stack);
+      if (a.size == size && !stack.empty()) return stack[0];
+    }
+    return 0;
+  }
+};
+
+Segment load(const std::string& path) {
+  Segment s;
+  s.trace = decode::LoadTrace(path);
+  s.raw = decode::ReadTraceFile(path).bytes;
+  decode::ForEachEvent(s.raw, [&](const decode::Event& e) {
+    for (const decode::Value& v : e.values) {
+      for (uint64_t pc : v.stack()) s.callchain_addrs.insert(pc);
+    }
+    if (e.name() != "Libd9Module") return;
+    s.modules.push_back({std::string(e.Find("path")->str()), std::string(e.Find("build_id")->str()),
+                         e.Find("start")->u64(), e.Find("end")->u64(), e.Find("bias")->u64()});
+  });
+  for (const decode::SymbolTableEntry& e : s.trace.symbols) s.symbols[e.addr].push_back(e);
+  for (auto& [addr, chain] : s.symbols) {
+    std::sort(chain.begin(), chain.end(),
+              [](const auto& a, const auto& b) { return a.inline_depth < b.inline_depth; });
+  }
+  return s;
+}
+
+std::string only_segment(const std::string& dir) {
+  auto segs = find_segments(dir);
+  EXPECT_EQ(segs.size(), 1u) << dir;
+  return segs.empty() ? "" : segs[0];
+}
+
+// What the golden subject prints: the lines of its two allocation sites.
+struct Golden {
+  std::string main_file;
+  uint64_t main_call = 0, main_helper = 0, dso_call = 0, dso_helper = 0;
+};
+
+Golden run_golden(const std::string& dir, const std::string& dso, bool symbolize,
+                  const std::string& compress = "zstd") {
+  RunResult r = run({subject(), "golden", dso, "unload"},
+                    {"D9_OUTPUT=" + dir, "D9_SAMPLE_RATE=1", "D9_COMPRESS=" + compress,
+                     std::string("D9_SYMBOLIZE=") + (symbolize ? "1" : "0")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  Golden g;
+  std::istringstream in(r.out);
+  std::string word;
+  int n = 0;
+  in >> word >> word >> n >> g.main_file >> g.main_call >> g.main_helper;
+  in >> word >> word >> n >> g.dso_call >> g.dso_helper;
+  EXPECT_GT(g.dso_helper, 0u) << r.out;
+  return g;
+}
+
+// The leaf chain of a golden site: the noinline function at depth 0 (at the helper's call
+// line), the always_inline helper at depth 1 (at the malloc).
+void expect_site(const Segment& s, uint64_t size, const std::string& fn, const std::string& helper,
+                 const std::string& file, uint64_t call_line, uint64_t helper_line) {
+  SCOPED_TRACE(fn);
+  uint64_t leaf = s.leaf_of(size);
+  ASSERT_NE(leaf, 0u);
+  auto it = s.symbols.find(leaf);
+  ASSERT_NE(it, s.symbols.end()) << "no symbols for 0x" << std::hex << leaf;
+  const auto& chain = it->second;
+  ASSERT_EQ(chain.size(), 2u);
+  EXPECT_EQ(chain[0].inline_depth, 0u);
+  EXPECT_EQ(chain[0].name, fn);
+  EXPECT_EQ(basename_of(std::string(chain[0].file)), file);
+  EXPECT_EQ(chain[0].line, call_line);
+  EXPECT_EQ(chain[1].inline_depth, 1u);
+  EXPECT_EQ(chain[1].name, helper);
+  EXPECT_EQ(basename_of(std::string(chain[1].file)), file);
+  EXPECT_EQ(chain[1].line, helper_line);
+}
+
+class CliSymbolize : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = make_temp_dir("cli-symbolize");
+    ASSERT_FALSE(dir_.empty());
+  }
+  void TearDown() override {
+    if (!HasFailure()) remove_tree(dir_);
+  }
+  std::string dir_;
+};
+
+TEST_F(CliSymbolize, OfflineSymbolsEqualInProcessOnes) {
+  Golden g = run_golden(dir_ + "/inproc", dso_path(), true);
+  Golden g0 = run_golden(dir_ + "/bare", dso_path(), false);
+  ASSERT_EQ(g.main_call, g0.main_call);
+  Segment inproc = load(only_segment(dir_ + "/inproc"));
+  std::string bare_path = only_segment(dir_ + "/bare");
+  Segment bare = load(bare_path);
+  ASSERT_TRUE(bare.trace.symbols.empty()) << "D9_SYMBOLIZE=0 writes no symbols";
+  ASSERT_FALSE(bare.modules.empty()) << "but the module map";
+
+  Shell d9 = shell(d9_binary() + " symbolize " + dir_ + "/bare -o " + dir_ + "/out");
+  ASSERT_EQ(d9.status, 0) << d9.err;
+  EXPECT_NE(d9.out.find(" 0 unresolved"), std::string::npos) << d9.out;
+  // The process directory is kept under -o; the container follows the input.
+  std::string out_path = only_segment(dir_ + "/out");
+  EXPECT_EQ(fs::path(out_path).parent_path().filename(),
+            fs::path(bare_path).parent_path().filename());
+  EXPECT_EQ(basename_of(out_path), "trace.0.bin.zst");
+  std::vector<uint8_t> packed = read_bytes(out_path);
+  ASSERT_GE(packed.size(), 4u);
+  EXPECT_EQ(packed[0], 0x28);  // zstd magic
+  EXPECT_EQ(read_bytes(bare_path).size() > 0, true);
+
+  Segment out = load(out_path);
+  EXPECT_TRUE(out.trace.ok()) << out.trace.error;
+  // The original bytes come first, unchanged; then one more sub-stream.
+  ASSERT_GT(out.raw.size(), bare.raw.size());
+  EXPECT_TRUE(std::equal(bare.raw.begin(), bare.raw.end(), out.raw.begin()));
+  EXPECT_EQ(out.trace.stream_headers, bare.trace.stream_headers + 1);
+  EXPECT_EQ(out.trace.allocs, bare.trace.allocs);
+  for (uint64_t pc : out.callchain_addrs) {
+    auto it = out.symbols.find(pc);
+    ASSERT_NE(it, out.symbols.end()) << std::hex << "0x" << pc;
+    for (size_t d = 0; d < it->second.size(); ++d) EXPECT_EQ(it->second[d].inline_depth, d);
+  }
+
+  // The golden sites: names, inline depth and file:line, in the program and in the library
+  // it dlclosed before exiting.
+  std::string file = basename_of(g0.main_file);
+  expect_site(out, 4242, "golden::outer_alloc(unsigned long)",
+              "golden::inline_helper(unsigned long)", file, g0.main_call, g0.main_helper);
+  expect_site(out, 4343, "segdso::dso_alloc(unsigned long)",
+              "segdso::dso_inline_helper(unsigned long)", "segments_dso.cc", g0.dso_call,
+              g0.dso_helper);
+  expect_site(inproc, 4242, "golden::outer_alloc(unsigned long)",
+              "golden::inline_helper(unsigned long)", file, g.main_call, g.main_helper);
+
+  // Every address both runs share (same module, same offset) resolves identically.
+  std::map<std::pair<std::string, uint64_t>, const std::vector<decode::SymbolTableEntry>*> ref;
+  for (const auto& [addr, chain] : inproc.symbols) ref[inproc.where(addr)] = &chain;
+  size_t compared = 0;
+  for (const auto& [addr, chain] : out.symbols) {
+    auto key = out.where(addr);
+    auto it = ref.find(key);
+    if (key.first.empty() || it == ref.end()) continue;
+    const auto& want = *it->second;
+    if (want[0].name.starts_with("[")) continue;  // placeholders carry the absolute address
+    ++compared;
+    SCOPED_TRACE(key.first + " +0x" + std::to_string(key.second));
+    ASSERT_EQ(chain.size(), want.size());
+    for (size_t d = 0; d < chain.size(); ++d) {
+      EXPECT_EQ(chain[d].name, want[d].name);
+      EXPECT_EQ(chain[d].inline_depth, want[d].inline_depth);
+      EXPECT_EQ(chain[d].file, want[d].file);
+      EXPECT_EQ(chain[d].line, want[d].line);
+    }
+  }
+  EXPECT_GE(compared, 8u) << "main program, library and libc frames";
+
+  // Already symbolized: nothing to do, nothing written.
+  Shell again = shell(d9_binary() + " symbolize " + out_path);
+  EXPECT_EQ(again.status, 0) << again.err;
+  EXPECT_NE(again.out.find("already symbolized"), std::string::npos) << again.out;
+}
+
+TEST_F(CliSymbolize, NeverReplacesTheInputUnlessInPlaceAndKeepsGzip) {
+  run_golden(dir_, dso_path(), false, "gzip");
+  std::string seg = only_segment(dir_);
+  ASSERT_TRUE(seg.ends_with(".bin.gz")) << seg;
+  std::vector<uint8_t> before = read_bytes(seg);
+
+  Shell refused = shell(d9_binary() + " symbolize " + seg);
+  EXPECT_EQ(refused.status, 1);
+  EXPECT_NE(refused.err.find("would replace the input; use -o DIR or --in-place"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(read_bytes(seg), before);
+
+  Shell in_place = shell(d9_binary() + " symbolize --in-place " + seg);
+  ASSERT_EQ(in_place.status, 0) << in_place.err;
+  ASSERT_EQ(only_segment(dir_), seg);
+  std::vector<uint8_t> after = read_bytes(seg);
+  ASSERT_GE(after.size(), 2u);
+  EXPECT_EQ(after[0], 0x1f);  // still gzip, one member (zlib's gunzip reads it whole)
+  EXPECT_EQ(after[1], 0x8b);
+  Segment s = load(seg);
+  EXPECT_TRUE(s.trace.ok()) << s.trace.error;
+  EXPECT_FALSE(s.trace.symbols.empty());
+  EXPECT_TRUE(fs::directory_iterator(fs::path(seg).parent_path()) != fs::directory_iterator());
+  for (const auto& e : fs::directory_iterator(fs::path(seg).parent_path())) {
+    EXPECT_FALSE(e.path().filename().string().starts_with(".")) << "temporary file left";
+  }
+}
+
+TEST_F(CliSymbolize, BuildIdMismatchIsRefusedWithAMessage) {
+  // The subject dlopens a copy of the library; after the run the copy's build-id changes.
+  std::string lib = dir_ + "/lib/libsegments_dso.so";
+  fs::create_directories(dir_ + "/lib");
+  fs::copy_file(dso_path(), lib);
+  Golden g = run_golden(dir_ + "/trace", lib, false);
+  std::string seg = only_segment(dir_ + "/trace");
+  Segment bare = load(seg);
+  const Module* m = nullptr;
+  for (const Module& mod : bare.modules) {
+    if (fs::weakly_canonical(mod.path) == fs::weakly_canonical(lib)) m = &mod;
+  }
+  ASSERT_NE(m, nullptr);
+  ASSERT_EQ(m->build_id.size(), 40u);
+  std::string id_bytes;
+  for (size_t i = 0; i < m->build_id.size(); i += 2) {
+    id_bytes += static_cast<char>(std::stoi(m->build_id.substr(i, 2), nullptr, 16));
+  }
+  std::vector<uint8_t> bytes = read_bytes(lib);
+  std::string text(bytes.begin(), bytes.end());
+  size_t at = text.find(id_bytes);
+  ASSERT_NE(at, std::string::npos);
+  text[at + 19] = static_cast<char>(text[at + 19] ^ 0x5a);
+  write_bytes(lib, std::vector<uint8_t>(text.begin(), text.end()));
+
+  Shell d9 = shell(d9_binary() + " symbolize " + seg + " -o " + dir_ + "/out");
+  ASSERT_EQ(d9.status, 0) << d9.err;  // the program's own frames still resolve
+  EXPECT_NE(d9.err.find(lib + ": build-id mismatch (recorded " + m->build_id), std::string::npos)
+      << d9.err;
+  EXPECT_NE(d9.err.find("refused"), std::string::npos) << d9.err;
+  Segment out = load(only_segment(dir_ + "/out"));
+  EXPECT_EQ(out.symbols.count(out.leaf_of(4343)), 0u) << "nothing from the refused file";
+  expect_site(out, 4242, "golden::outer_alloc(unsigned long)",
+              "golden::inline_helper(unsigned long)", basename_of(g.main_file), g.main_call,
+              g.main_helper);
+}
+
+// Starts argv with libd9.so preloaded, stdout and stderr to /dev/null.
+pid_t spawn_preloaded(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  std::vector<std::string> flat;
+  for (char** e = environ; *e; ++e) {
+    std::string kv(*e);
+    if (kv.rfind("D9_", 0) == 0 || kv.rfind("LD_PRELOAD=", 0) == 0) continue;
+    flat.push_back(kv);
+  }
+  for (const std::string& kv : env) flat.push_back(kv);
+  flat.push_back("LD_PRELOAD=" + libd9_path());
+  std::vector<char*> envp, args;
+  for (auto& s : flat) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data()) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+TEST_F(CliSymbolize, ActiveSegmentOfAKilledProcessUsesASealedSiblingsModuleMap) {
+  pid_t pid = spawn_preloaded({subject(), "steady", "30", "1"},
+                              {"D9_OUTPUT=" + dir_ + "/trace", "D9_ROTATE_SECS=1",
+                               "D9_SAMPLE_RATE=65536", "D9_SYMBOLIZE=0"});
+  ASSERT_GT(pid, 0);
+  // At least one segment sealed by age and the next one being written.
+  std::string active;
+  for (int i = 0; i < 150 && active.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    int sealed = 0;
+    std::string a;
+    for (const std::string& path : find_segments(dir_ + "/trace")) {
+      if (path.ends_with(".active")) {
+        a = path;
+      } else {
+        ++sealed;
+      }
+    }
+    if (sealed >= 1 && !a.empty() && fs::file_size(a) > 4096) active = a;
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_FALSE(active.empty()) << "no sealed segment and active one within 15 s";
+  ASSERT_TRUE(fs::exists(active));
+  Segment bare = load(active);
+  ASSERT_TRUE(bare.modules.empty()) << "an .active file was never sealed";
+  ASSERT_FALSE(bare.callchain_addrs.empty());
+
+  // Alone, it cannot be symbolized: said plainly.
+  fs::create_directories(dir_ + "/alone");
+  std::string alone = dir_ + "/alone/" + basename_of(active);
+  fs::copy_file(active, alone);
+  Shell lonely = shell(d9_binary() + " symbolize " + alone + " -o " + dir_ + "/alone-out");
+  EXPECT_EQ(lonely.status, 1);
+  EXPECT_NE(lonely.err.find("no module map: the segment was never sealed"), std::string::npos)
+      << lonely.err;
+
+  // Beside its sealed siblings it borrows their module map.
+  Shell d9 = shell(d9_binary() + " symbolize " + active + " -o " + dir_ + "/out");
+  ASSERT_EQ(d9.status, 0) << d9.err;
+  EXPECT_NE(d9.err.find("no module map (never sealed); using the one of "), std::string::npos)
+      << d9.err;
+  std::string stem = basename_of(active);
+  stem.resize(stem.size() - strlen(".active"));  // trace.N.bin
+  std::string out_path = dir_ + "/out/" + stem;
+  ASSERT_TRUE(fs::exists(out_path)) << d9.out;
+  Segment out = load(out_path);
+  // Cut after the last whole frame: the output decodes cleanly.
+  EXPECT_TRUE(out.trace.ok()) << out.trace.error;
+  EXPECT_FALSE(out.modules.empty()) << "the borrowed map travels with the output";
+  std::set<std::string> names;
+  size_t missing = 0;
+  for (uint64_t pc : out.callchain_addrs) {
+    auto it = out.symbols.find(pc);
+    if (it == out.symbols.end()) {
+      ++missing;
+      continue;
+    }
+    names.insert(std::string(it->second[0].name));
+  }
+  EXPECT_EQ(missing, 0u) << d9.out << d9.err;
+  EXPECT_TRUE(names.count("steady_leaf(unsigned long)")) << ::testing::PrintToString(names);
+  EXPECT_TRUE(names.count("steady_depth(int, unsigned long)")) << ::testing::PrintToString(names);
+
+  // --in-place turns the .active into its .bin, as the seal would have.
+  Shell in_place = shell(d9_binary() + " symbolize --in-place " + active);
+  ASSERT_EQ(in_place.status, 0) << in_place.err;
+  EXPECT_FALSE(fs::exists(active));
+  std::string sealed = fs::path(active).parent_path() / stem;
+  ASSERT_TRUE(fs::exists(sealed));
+  EXPECT_FALSE(load(sealed).trace.symbols.empty());
+}
+
+}  // namespace
+}  // namespace d9::test
