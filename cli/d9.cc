@@ -104,6 +104,7 @@ symbolize:
   --in-place            replace each input (temporary file, then rename; an .active input
                         becomes STEM.bin)
   --debuginfod          let elfutils fetch missing debug info from $DEBUGINFOD_URLS
+  -q, --quiet           symbolize: no line per file, only problems
   Each module's file is checked against its recorded build-id; a mismatch is refused. A
   segment without a module map (an .active file never sealed) uses the one of the newest
   sealed segment of the same process beside it. Compression follows the input.

@@ -470,7 +470,7 @@ TEST(CliBinary, DamagedInputExitStatus) {
                           "--format", "--kind", "--rate", "--no-liveset", "--cpu-hz"}) {
     EXPECT_NE(help.out.find(cmd), std::string::npos) << cmd;
   }
-  EXPECT_EQ(help.out.find("symbolize"), std::string::npos);
+  EXPECT_NE(help.out.find("symbolize"), std::string::npos);  // d9 symbolize has landed
   fs::remove_all(dir);
 }
 
