@@ -12,7 +12,8 @@
 //  - operator new runs the new-handler loop as libstdc++ does: any exception the handler
 //    throws propagates, and the retry keeps the requested alignment;
 //  - d9's own bookkeeping never changes errno.
-//  - the exec family seals the current segment first, since exec runs no destructors.
+//  - the exec family seals the current segment first, since exec runs no destructors;
+//  - pthread_create, pthread_exit, sigaction and signal serve CPU sampling (preload/cpu.h).
 // With the live set on, sampled allocations come from the sampled arena, and every free
 // first asks whether its pointer lies in that arena's range (sampled_heap.h): a compare
 // against two globals, no memory touched. glibc-only extras
@@ -20,6 +21,8 @@
 // unused arena and stay harmless.
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <unistd.h>
 
@@ -32,6 +35,7 @@
 #include "alloc/profiler.h"
 #include "alloc/sampler.h"
 #include "alloc/thread_state.h"
+#include "preload/cpu.h"
 #include "preload/runtime.h"
 
 #define D9_EXPORT extern "C" __attribute__((visibility("default")))
@@ -568,4 +572,30 @@ D9_EXPORT int dlclose(void* handle) {
   int rc = real_dlclose(handle);
   tls_state.in_dlclose = nested;
   return rc;
+}
+
+// ---- threads and SIGPROF: CPU sampling (preload/cpu.h) ------------------------------
+// pthread_create arms the new thread's CPU-time timer before the host's start routine
+// runs, so no thread's first CPU goes unsampled and no timer outlives its thread; the
+// signal functions keep SIGPROF the host's own.
+
+D9_EXPORT int pthread_create(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(void*),
+                             void* arg) noexcept {
+  return d9::cpu::create_thread(thread, attr, fn, arg);
+}
+
+D9_EXPORT void pthread_exit(void* retval) {
+  using ExitFn = void (*)(void*);
+  static const auto fn = next_symbol<ExitFn>("pthread_exit");
+  d9::cpu::thread_exiting();
+  fn(retval);
+  __builtin_unreachable();
+}
+
+D9_EXPORT int sigaction(int sig, const struct sigaction* act, struct sigaction* old) noexcept {
+  return d9::cpu::host_sigaction(sig, act, old);
+}
+
+D9_EXPORT sighandler_t signal(int sig, sighandler_t handler) noexcept {
+  return d9::cpu::host_signal(sig, handler);
 }

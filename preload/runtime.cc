@@ -18,9 +18,11 @@
 #include <string>
 
 #include "alloc/collector.h"
+#include "alloc/cpu_collector.h"
 #include "alloc/profiler.h"
 #include "alloc/stack.h"
 #include "alloc/thread_state.h"
+#include "preload/cpu.h"
 #include "preload/log.h"
 #include "writer/seal_tools.h"
 #include "writer/segment.h"
@@ -86,7 +88,7 @@ int start_process() {
   }
   parse_options(environ, &g_options);
   make_output_absolute();
-  if (!g_options.enable || g_options.sample_rate == 0) {
+  if (!g_options.enable || (g_options.sample_rate == 0 && g_options.cpu_hz == 0)) {
     g_state.store(kOff, std::memory_order_release);
     return kOff;
   }
@@ -122,6 +124,7 @@ struct Writer {
   Segment segment;
   uint64_t segment_opened_ns = 0;
   alloc::Collector collector;
+  cpu::Collector cpu;
   StringMap metadata;
   SealTools* tools = nullptr;  // loaded at the first seal that needs it
   bool tools_tried = false;
@@ -186,10 +189,9 @@ bool make_dirs(const std::string& path) {
 StringMap build_metadata() {
   const Options& o = g_options;
   const char* service = o.service[0] ? o.service : program_invocation_short_name;
-  return {
-      {"memory.sample_rate_bytes", std::to_string(o.sample_rate)},
+  StringMap m = {
       {"memory.track_liveset", alloc::settings().liveset ? "true" : "false"},
-      {"cpu.profile.frequency_hz", "0"},
+      {"cpu.profile.frequency_hz", std::to_string(cpu::frequency_hz())},
       {"boot_id", g_boot_id},
       {"service", service},
       {"libd9.version", D9_VERSION},
@@ -197,6 +199,11 @@ StringMap build_metadata() {
       {"process.available_parallelism", std::to_string(sysconf(_SC_NPROCESSORS_ONLN))},
       {"memory.stack_depth", std::to_string(o.stack_depth)},
   };
+  // Never 0 (dial9-format.md §3.2): absent when allocation sampling is off.
+  if (o.sample_rate) {
+    m.insert(m.begin(), {"memory.sample_rate_bytes", std::to_string(o.sample_rate)});
+  }
+  return m;
 }
 
 // Said once: later attempts (the final drain at exit, say) find profiling already off.
@@ -312,7 +319,11 @@ void seal(Writer& w) {
       {"memory.untracked_samples", std::to_string(c.untracked)},
       {"memory.live_samples", std::to_string(w.collector.live_count())},
       {"memory.unmatched_frees", std::to_string(w.collector.unmatched_frees())},
-      {"d9.segments_dropped", std::to_string(w.segments_dropped)}};
+      {"d9.segments_dropped", std::to_string(w.segments_dropped)},
+      {"cpu.sampling", cpu::state()}};
+  StringMap cpu_counts = w.cpu.close_segment();
+  options.extra_metadata.insert(options.extra_metadata.end(), cpu_counts.begin(),
+                                cpu_counts.end());
   options.symbolize = g_options.symbolize;
   if (g_options.compress == Compression::kZstd) options.compression = SealCompression::kZstd;
   if (g_options.compress == Compression::kGzip) options.compression = SealCompression::kGzip;
@@ -333,9 +344,11 @@ void write_pending(Writer& w) {
   uint64_t now = monotonic_ns();
   if (now < w.retry_after_ns) return;  // still backing off after a write error
   bool has_records = w.collector.pending(alloc::rings(), alloc::counters());
+  has_records |= w.cpu.pending(cpu::ring());
   if (has_records && !w.segment.is_open() && !open_segment(w)) return;
   if (has_records) {
     w.collector.drain(alloc::rings(), alloc::counters(), w.segment);
+    w.cpu.drain(cpu::ring(), w.segment);
     if (!w.segment.flush()) {
       segment_failed(w);
       return;
@@ -371,6 +384,7 @@ void* writer_main(void*) {
          g_state.load(std::memory_order_acquire) == kOn) {
     alloc::wait_for_work(kDrainIntervalNs);
     if (g_stop.load(std::memory_order_acquire)) break;
+    cpu::poll();
     write_pending(*w);
     serve(g_modules_request, [&] {
       if (SealTools* tools = seal_tools(*w)) tools->refresh_modules();
@@ -398,7 +412,8 @@ void start_writer() {
   pthread_attr_init(&attr);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_t thread;
-  g_writer_started = pthread_create(&thread, &attr, writer_main, nullptr) == 0;
+  // Not through d9's own pthread_create hook: the writer never gets a CPU timer.
+  g_writer_started = cpu::create_internal_thread(&thread, &attr, writer_main, nullptr) == 0;
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (!g_writer_started) turn_off("cannot start the writer thread");
@@ -424,6 +439,7 @@ void on_fork_child() {
   if (g_writer && g_writer->segment.is_open()) g_writer->segment.abandon();
   g_writer = nullptr;
   alloc::reset_after_fork();
+  cpu::after_fork_child();
   make_boot_id();
   g_writer_started = false;
   start_writer();
@@ -433,6 +449,8 @@ __attribute__((constructor)) void d9_start() {
   ReentryGuard guard;
   if (start_process() != kOn) return;
   stack::load_unwinder();
+  cpu::start(g_options.cpu_hz, static_cast<uint32_t>(g_options.ring_slots),
+             alloc::settings().stack_depth);
   pthread_atfork(nullptr, nullptr, on_fork_child);
   start_writer();
 }
@@ -492,6 +510,10 @@ bool at_sample_point(size_t size) {
   if (state != kOn) {
     // Off for good: park the counter so this thread never comes back here.
     if (state == kOff) t.bytes_until_sample = INT64_MAX;
+    return false;
+  }
+  if (g_options.sample_rate == 0) {  // CPU sampling only: park the counter for good
+    t.bytes_until_sample = INT64_MAX;
     return false;
   }
   if (!t.initialised) return alloc::start_thread(t, size);

@@ -25,6 +25,13 @@ constexpr FieldSpec kFreeFields[] = {{"tid", T(FieldType::kU32)},
                                      {"alloc_timestamp_ns", T(FieldType::kVarint)}};
 constexpr FieldSpec kOverflowFields[] = {{"dropped_allocs", T(FieldType::kVarint)},
                                          {"dropped_frees", T(FieldType::kVarint)}};
+constexpr FieldSpec kCpuFields[] = {
+    {"worker_id", T(FieldType::kVarint)},
+    {"tid", T(FieldType::kU32)},
+    {"source", T(FieldType::kU8)},
+    {"thread_name", static_cast<uint8_t>(T(FieldType::kPooledString) | fmt::kOptional)},
+    {"callchain", T(FieldType::kPooledStack)},
+    {"cpu", static_cast<uint8_t>(T(FieldType::kVarint) | fmt::kOptional)}};
 constexpr FieldSpec kLiveFields[] = {{"tid", T(FieldType::kU32)},
                                      {"size", T(FieldType::kVarint)},
                                      {"addr", T(FieldType::kVarint)},
@@ -45,6 +52,7 @@ const EventSpec kMetadata{fmt::kSegmentMetadataEvent, true, kMetadataFields};
 const EventSpec kAlloc{fmt::kAllocEvent, true, kAllocFields};
 const EventSpec kFree{fmt::kFreeEvent, true, kFreeFields};
 const EventSpec kOverflow{fmt::kMemoryProfileOverflowEvent, true, kOverflowFields};
+const EventSpec kCpu{fmt::kCpuSampleEvent, true, kCpuFields};
 const EventSpec kLive{fmt::kLiveAllocation, false, kLiveFields};
 const EventSpec kModule{fmt::kModuleEntry, false, kModuleFields};
 const EventSpec kSymbol{fmt::kSymbolTableEntry, true, kSymbolFields};
@@ -200,6 +208,23 @@ void Encoder::overflow_event(uint64_t ts, uint64_t dropped_allocs, uint64_t drop
   event_header(kOverflow, ts);
   put_varint(dropped_allocs);
   put_varint(dropped_frees);
+}
+
+void Encoder::cpu_sample(uint64_t ts, uint32_t tid, std::optional<std::string_view> thread_name,
+                         std::span<const uint64_t> stack, std::optional<uint32_t> cpu) {
+  constexpr uint64_t kUnknownWorker = 255;  // dial9: not a Tokio worker
+  constexpr uint8_t kOnCpu = 0;
+  uint32_t name_id = thread_name ? intern_string(*thread_name) : 0;
+  uint32_t stack_id = intern_stack(stack);
+  event_header(kCpu, ts);
+  put_varint(kUnknownWorker);
+  put_u32(tid);
+  put_u8(kOnCpu);
+  put_u8(thread_name ? 1 : 0);
+  if (thread_name) put_u32(name_id);
+  put_u32(stack_id);
+  put_u8(cpu ? 1 : 0);
+  if (cpu) put_varint(*cpu);
 }
 
 void Encoder::live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,6 +48,9 @@ class Encoder {
                    std::span<const uint64_t> stack);
   void free_event(uint64_t ts, uint32_t tid, uint64_t addr, uint64_t size, uint64_t alloc_ts);
   void overflow_event(uint64_t ts, uint64_t dropped_allocs, uint64_t dropped_frees);
+  // An on-CPU sample (source 0) of a thread outside any Tokio runtime (worker_id 255).
+  void cpu_sample(uint64_t ts, uint32_t tid, std::optional<std::string_view> thread_name,
+                  std::span<const uint64_t> stack, std::optional<uint32_t> cpu);
   // d9's own event (no timestamp, so dial9's readers skip it): one sampled allocation still
   // live when the segment was sealed. A leak report can work from the last segment alone.
   void live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,

@@ -1,0 +1,403 @@
+#include "preload/cpu.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+#include "alloc/cpu_profiler.h"
+#include "alloc/jemalloc_api.h"
+#include "alloc/unwind.h"
+#include "preload/log.h"
+
+// glibc's own entry points, which d9 does not interpose: the real sigaction and signal.
+extern "C" int __sigaction(int sig, const struct sigaction* act, struct sigaction* old);
+extern "C" sighandler_t bsd_signal(int sig, sighandler_t handler);
+
+namespace d9::cpu {
+namespace {
+
+enum State : int { kOff = 0, kOn = 1, kHost = 2 };
+std::atomic<int> g_state{kOff};
+uint64_t g_hz = 0;
+long g_interval_ns = 0;
+void* g_cookie = nullptr;  // si_value of d9's timers
+// The host's view of SIGPROF while d9's handler holds it: what it set, or had before d9.
+struct sigaction g_host;
+unwind::ModuleMap* g_modules = nullptr;  // the writer's; abandoned in a fork child
+
+// Every armed timer, so all can be deleted when the host takes SIGPROF over: one word per
+// timer, (tid << 32) | kernel timer id, | kForeign for threads d9 did not start. A slot is
+// emptied with an exchange; whoever gets the timer id deletes it, exactly once.
+constexpr uint32_t kTimerSlots = 32768;
+constexpr uint64_t kForeign = 1ULL << 31;
+std::atomic<uint64_t>* g_timers = nullptr;
+std::atomic<uint32_t> g_foreign{0};  // foreign timers armed, for the writer's prune
+uint64_t g_last_prune_ns = 0;
+
+std::atomic<bool> g_said_no_timer{false};
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ULL + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint32_t gettid_() {
+  return static_cast<uint32_t>(syscall(SYS_gettid));
+}
+
+bool is_handler(const struct sigaction& sa) {
+  auto h = reinterpret_cast<uintptr_t>(sa.sa_handler);
+  return h != reinterpret_cast<uintptr_t>(SIG_DFL) && h != reinterpret_cast<uintptr_t>(SIG_IGN);
+}
+
+// ---- timers ------------------------------------------------------------------------
+
+// A timer on `clock` sending SIGPROF to thread `tid` every g_interval_ns of its CPU time.
+bool new_timer(uint32_t tid, clockid_t clock, int* id) {
+  sigevent sev;
+  memset(&sev, 0, sizeof(sev));
+  sev.sigev_notify = SIGEV_THREAD_ID;
+  sev.sigev_signo = SIGPROF;
+  sev.sigev_value.sival_ptr = g_cookie;
+  sev._sigev_un._tid = static_cast<pid_t>(tid);
+  int kid;  // the kernel's timer_t is an int; glibc's wrapper is bypassed on purpose
+  if (syscall(SYS_timer_create, clock, &sev, &kid) != 0) return false;
+  itimerspec its;
+  its.it_interval = {g_interval_ns / 1000000000L, g_interval_ns % 1000000000L};
+  its.it_value = its.it_interval;
+  if (syscall(SYS_timer_settime, kid, 0, &its, nullptr) != 0) {
+    syscall(SYS_timer_delete, kid);
+    return false;
+  }
+  *id = kid;
+  return true;
+}
+
+// Enters a timer in the table; returns 1 + its slot, or 0 when the table is full.
+uint32_t add_timer(uint32_t tid, int id, bool foreign) {
+  uint64_t v = (uint64_t{tid} << 32) | static_cast<uint32_t>(id) | (foreign ? kForeign : 0);
+  uint32_t h = (tid * 2654435761u) & (kTimerSlots - 1);
+  for (uint32_t i = 0; i < kTimerSlots; ++i) {
+    uint32_t s = (h + i) & (kTimerSlots - 1);
+    uint64_t empty = 0;
+    if (g_timers[s].compare_exchange_strong(empty, v, std::memory_order_acq_rel)) return s + 1;
+  }
+  return 0;
+}
+
+// Deletes the timer in `slot` unless someone else already took it out.
+void drop_timer(uint32_t slot) {
+  uint64_t v = g_timers[slot].exchange(0, std::memory_order_acq_rel);
+  if (!v) return;
+  if (v & kForeign) g_foreign.fetch_sub(1, std::memory_order_relaxed);
+  syscall(SYS_timer_delete, static_cast<int>(v & (kForeign - 1)));
+}
+
+void say_no_timer() {
+  if (!g_said_no_timer.exchange(true)) {
+    log::line("cannot create a CPU-time timer for a thread (", strerror(errno),
+              "); some threads are not CPU-sampled");
+  }
+}
+
+void disarm_self(CpuThread& t) {
+  if (!t.timer_slot) return;
+  drop_timer(t.timer_slot - 1);
+  t.timer_slot = 0;
+}
+
+// Registers the calling thread and arms its timer.
+void arm_self(CpuThread& t) {
+  if (g_state.load(std::memory_order_acquire) != kOn || t.timer_slot) return;
+  t.tid = gettid_();
+  if (!t.stack_hi) set_stack_bounds(t);
+  int id;
+  if (!new_timer(t.tid, CLOCK_THREAD_CPUTIME_ID, &id)) return say_no_timer();
+  t.timer_slot = add_timer(t.tid, id, false);
+  if (!t.timer_slot) {
+    syscall(SYS_timer_delete, id);
+    errno = ENOSPC;
+    return say_no_timer();
+  }
+  // The host may have taken SIGPROF over while this timer was being made: its sweep of
+  // the table may have missed the slot.
+  if (g_state.load(std::memory_order_acquire) != kOn) disarm_self(t);
+}
+
+// Threads running before d9 started: their timers use their CPU clocks by thread id
+// (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)), which any thread of the process may use.
+void arm_foreign_threads() {
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return;
+  uint32_t self = gettid_();
+  while (dirent* e = readdir(dir)) {
+    uint32_t tid = static_cast<uint32_t>(strtoul(e->d_name, nullptr, 10));
+    if (tid == 0 || tid == self) continue;
+    auto clock = static_cast<clockid_t>((~uint64_t{tid} << 3) | 6);
+    int id;
+    if (!new_timer(tid, clock, &id)) continue;  // exited meanwhile
+    if (add_timer(tid, id, true)) {
+      g_foreign.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      syscall(SYS_timer_delete, id);
+    }
+  }
+  closedir(dir);
+}
+
+// The host wants SIGPROF: every timer goes, and d9 stops sampling for good.
+void hand_over(const char* why) {
+  int expected = kOn;
+  if (!g_state.compare_exchange_strong(expected, kHost, std::memory_order_acq_rel)) return;
+  for (uint32_t s = 0; s < kTimerSlots; ++s) {
+    if (g_timers[s].load(std::memory_order_relaxed)) drop_timer(s);
+  }
+  log::line(why, "; d9's CPU sampling is off, the program's own SIGPROF use takes precedence");
+}
+
+// ---- the signal handler --------------------------------------------------------------
+
+// A SIGPROF that is not d9's goes where it would have gone without d9.
+void forward(int sig, siginfo_t* si, void* ctx) {
+  const struct sigaction host = g_host;
+  auto h = reinterpret_cast<uintptr_t>(host.sa_handler);
+  if (h == reinterpret_cast<uintptr_t>(SIG_IGN)) return;
+  if (h == reinterpret_cast<uintptr_t>(SIG_DFL)) {
+    // Default action (terminate): restore it and send the signal again; it is delivered
+    // as soon as this handler returns and unblocks it.
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    g_state.store(kHost, std::memory_order_release);
+    __sigaction(sig, &dfl, nullptr);
+    syscall(SYS_tgkill, getpid(), gettid_(), sig);
+    return;
+  }
+  if (host.sa_flags & SA_SIGINFO) {
+    host.sa_sigaction(sig, si, ctx);
+  } else {
+    host.sa_handler(sig);
+  }
+}
+
+void on_sigprof(int sig, siginfo_t* si, void* ctx) {
+  int saved = errno;
+  if (si && si->si_code == SI_TIMER && si->si_value.sival_ptr == g_cookie) {
+    // d9's own: sample (a late signal of a deleted timer is simply dropped).
+    if (g_state.load(std::memory_order_relaxed) == kOn) {
+      record_sample(static_cast<const ucontext_t*>(ctx), si->si_overrun);
+    }
+  } else {
+    forward(sig, si, ctx);
+  }
+  errno = saved;
+}
+
+// ---- threads -----------------------------------------------------------------------
+
+using CreateFn = int (*)(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+
+CreateFn real_create() {
+  static const auto fn = reinterpret_cast<CreateFn>(dlsym(RTLD_NEXT, "pthread_create"));
+  return fn;
+}
+
+// Deletes the thread's timer however the thread ends: return, pthread_exit or
+// cancellation (both unwind through this frame).
+class ThreadTimer {
+ public:
+  ThreadTimer() { arm_self(tls_cpu); }
+  ~ThreadTimer() { thread_exiting(); }
+  ThreadTimer(const ThreadTimer&) = delete;
+  ThreadTimer& operator=(const ThreadTimer&) = delete;
+};
+
+struct Start {
+  void* (*fn)(void*);
+  void* arg;
+};
+
+// Not noexcept: pthread_exit and cancellation unwind through it.
+void* thread_main(void* p) {
+  Start start = *static_cast<Start*>(p);
+  d9_je_free(p);
+  ThreadTimer timer;
+  return start.fn(start.arg);
+}
+
+}  // namespace
+
+void start(uint64_t hz, uint32_t ring_slots, int stack_depth) {
+  real_create();  // resolved now, not first inside the host's pthread_create
+  if (hz == 0) return;
+  struct sigaction current;
+  if (__sigaction(SIGPROF, nullptr, &current) != 0) return;
+  if (is_handler(current)) {
+    g_state.store(kHost, std::memory_order_release);
+    log::line("the program already handles SIGPROF; d9's CPU sampling is off");
+    return;
+  }
+  g_host = current;
+
+  // CPU-time timers are checked on the tick, whose length is the coarse clocks' resolution.
+  timespec res{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &res);  // warms the vDSO page
+  clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+  uint64_t tick_hz = res.tv_sec == 0 && res.tv_nsec >= 1000000 ? 1000000000ULL / res.tv_nsec : 0;
+  g_hz = hz;
+  if (tick_hz && hz > tick_hz) {
+    g_hz = tick_hz;
+    char want[24], got[24];
+    log::line("D9_CPU_HZ=", log::u64(hz, want), " is above the kernel tick rate that CPU-time ",
+              "timers run on; sampling at ", log::u64(tick_hz, got),
+              " Hz (written as cpu.profile.frequency_hz)");
+  }
+  g_interval_ns = static_cast<long>(1000000000ULL / g_hz);
+
+  uint64_t cookie = 0;
+  if (getrandom(&cookie, sizeof(cookie), GRND_NONBLOCK) != sizeof(cookie) || cookie == 0) {
+    cookie = (static_cast<uint64_t>(getpid()) << 32) ^ now_ns() ^ 0xD9D9D9D9D9D9D9D9ULL;
+  }
+  g_cookie = reinterpret_cast<void*>(cookie);
+  void* table = mmap(nullptr, kTimerSlots * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (table == MAP_FAILED || !setup(ring_slots, stack_depth)) {
+    log::line("cannot map the CPU sample ring; CPU sampling is off");
+    return;
+  }
+  g_timers = static_cast<std::atomic<uint64_t>*>(table);
+  // Unwind tables first, so the first samples already have full stacks.
+  g_modules = new unwind::ModuleMap;
+  g_modules->refresh();
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = on_sigprof;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  if (__sigaction(SIGPROF, &sa, nullptr) != 0) return;
+  g_state.store(kOn, std::memory_order_release);
+  arm_self(tls_cpu);
+  arm_foreign_threads();
+}
+
+uint64_t frequency_hz() {
+  return g_state.load(std::memory_order_acquire) == kOff ? 0 : g_hz;
+}
+
+const char* state() {
+  switch (g_state.load(std::memory_order_acquire)) {
+    case kOn:
+      return "on";
+    case kHost:
+      return "host";
+    default:
+      return "off";
+  }
+}
+
+int create_thread(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(void*), void* arg) {
+  CreateFn create = real_create();
+  if (g_state.load(std::memory_order_acquire) != kOn) return create(thread, attr, fn, arg);
+  auto* start = static_cast<Start*>(d9_je_malloc(sizeof(Start)));
+  if (!start) return create(thread, attr, fn, arg);
+  *start = {fn, arg};
+  int rc = create(thread, attr, thread_main, start);
+  if (rc != 0) d9_je_free(start);
+  return rc;
+}
+
+int create_internal_thread(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(void*),
+                           void* arg) {
+  return real_create()(thread, attr, fn, arg);
+}
+
+void thread_exiting() {
+  CpuThread& t = tls_cpu;
+  if (!t.timer_slot) return;
+  int saved = errno;
+  disarm_self(t);
+  record_thread_exit();
+  errno = saved;
+}
+
+int host_sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
+  if (sig != SIGPROF || g_state.load(std::memory_order_acquire) != kOn) {
+    return __sigaction(sig, act, old);
+  }
+  // d9's handler holds the real disposition; the host reads and sets its own view. An
+  // ignored or default SIGPROF leaves sampling on (forward() applies it); a handler of
+  // its own takes the signal over.
+  struct sigaction previous = g_host;
+  if (act && is_handler(*act)) {
+    hand_over("the program installed its own SIGPROF handler");
+    int rc = __sigaction(sig, act, nullptr);
+    if (rc == 0 && old) *old = previous;
+    return rc;
+  }
+  if (act) g_host = *act;
+  if (old) *old = previous;
+  return 0;
+}
+
+sighandler_t host_signal(int sig, sighandler_t handler) {
+  if (sig != SIGPROF || g_state.load(std::memory_order_acquire) != kOn) {
+    return bsd_signal(sig, handler);  // glibc's signal() itself, under another name
+  }
+  struct sigaction act, old;
+  memset(&act, 0, sizeof(act));
+  act.sa_handler = handler;
+  sigemptyset(&act.sa_mask);
+  sigaddset(&act.sa_mask, sig);
+  act.sa_flags = SA_RESTART;  // signal() has BSD semantics in glibc
+  if (host_sigaction(sig, &act, &old) != 0) return SIG_ERR;
+  return old.sa_handler;
+}
+
+void poll() {
+  if (g_state.load(std::memory_order_acquire) != kOn) return;
+  g_modules->refresh();
+  struct sigaction current;
+  if (__sigaction(SIGPROF, nullptr, &current) == 0 && current.sa_sigaction != on_sigprof) {
+    hand_over("the program replaced d9's SIGPROF handler");
+    return;
+  }
+  uint64_t now = now_ns();
+  if (g_foreign.load(std::memory_order_relaxed) == 0 || now - g_last_prune_ns < 1000000000ULL) {
+    return;
+  }
+  g_last_prune_ns = now;
+  pid_t pid = getpid();
+  for (uint32_t s = 0; s < kTimerSlots; ++s) {
+    uint64_t v = g_timers[s].load(std::memory_order_relaxed);
+    if (!(v & kForeign)) continue;
+    auto tid = static_cast<pid_t>(v >> 32);
+    if (syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH) drop_timer(s);
+  }
+}
+
+void after_fork_child() {
+  if (g_state.load(std::memory_order_acquire) != kOn) return;
+  // The parent's timers are not inherited, and its threads are gone.
+  for (uint32_t s = 0; s < kTimerSlots; ++s) g_timers[s].store(0, std::memory_order_relaxed);
+  g_foreign.store(0, std::memory_order_relaxed);
+  reset_after_fork();
+  unwind::reset_after_fork();
+  g_modules = new unwind::ModuleMap;  // the parent writer's map may be mid-update
+  CpuThread& t = tls_cpu;
+  t.tid = 0;
+  t.timer_slot = 0;
+  arm_self(t);
+}
+
+}  // namespace d9::cpu
