@@ -3,6 +3,8 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/time.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
@@ -41,7 +43,7 @@ constexpr uint32_t kTimerSlots = 32768;
 constexpr uint64_t kForeign = 1ULL << 31;
 std::atomic<uint64_t>* g_timers = nullptr;
 std::atomic<uint32_t> g_foreign{0};  // foreign timers armed, for the writer's prune
-uint64_t g_last_prune_ns = 0;
+uint64_t g_last_slow_poll_ns = 0;  // once a second: /proc/self/timers, foreign timers
 
 std::atomic<bool> g_said_no_timer{false};
 
@@ -55,10 +57,6 @@ uint32_t gettid_() {
   return static_cast<uint32_t>(syscall(SYS_gettid));
 }
 
-bool is_handler(const struct sigaction& sa) {
-  auto h = reinterpret_cast<uintptr_t>(sa.sa_handler);
-  return h != reinterpret_cast<uintptr_t>(SIG_DFL) && h != reinterpret_cast<uintptr_t>(SIG_IGN);
-}
 
 // ---- timers ------------------------------------------------------------------------
 
@@ -155,14 +153,57 @@ void arm_foreign_threads() {
   closedir(dir);
 }
 
-// The host wants SIGPROF: every timer goes, and d9 stops sampling for good.
-void hand_over(const char* why) {
+// The host profiles with SIGPROF itself: every timer goes, the host's handler becomes
+// the real disposition (unless the host already put it there), and d9 stops for good.
+void hand_over(const char* why, bool install_host) {
   int expected = kOn;
   if (!g_state.compare_exchange_strong(expected, kHost, std::memory_order_acq_rel)) return;
   for (uint32_t s = 0; s < kTimerSlots; ++s) {
     if (g_timers[s].load(std::memory_order_relaxed)) drop_timer(s);
   }
+  if (install_host) __sigaction(SIGPROF, &g_host, nullptr);
   log::line(why, "; d9's CPU sampling is off, the program's own SIGPROF use takes precedence");
+}
+
+// Whether the host runs a POSIX timer that sends SIGPROF: /proc/self/timers lists every
+// timer as "signal: SIGNO/SIVAL_PTR" then "notify: KIND/...", and d9's carry its cookie.
+bool host_sigprof_timer() {
+  int fd = open("/proc/self/timers", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  char line[128];
+  size_t len = 0;
+  bool sigprof = false, found = false;
+  ssize_t n;
+  while (!found && (n = read(fd, buf, sizeof(buf))) > 0) {
+    for (ssize_t i = 0; i < n && !found; ++i) {
+      if (buf[i] != '\n') {
+        if (len < sizeof(line) - 1) line[len++] = buf[i];
+        continue;
+      }
+      line[len] = 0;
+      len = 0;
+      if (strncmp(line, "signal: ", 8) == 0) {
+        char* slash = nullptr;
+        sigprof = strtol(line + 8, &slash, 10) == SIGPROF && *slash == '/' &&
+                  strtoull(slash + 1, nullptr, 16) != reinterpret_cast<uintptr_t>(g_cookie);
+      } else if (strncmp(line, "notify: ", 8) == 0) {
+        found = sigprof && strncmp(line + 8, "none", 4) != 0;
+      }
+    }
+  }
+  close(fd);
+  return found;
+}
+
+// Whether the host is profiling with SIGPROF already: ITIMER_PROF or a timer of its own.
+const char* host_profiling() {
+  itimerval it;
+  if (getitimer(ITIMER_PROF, &it) == 0 && (it.it_value.tv_sec || it.it_value.tv_usec)) {
+    return "the program runs its own profiling timer (ITIMER_PROF)";
+  }
+  if (host_sigprof_timer()) return "the program runs its own SIGPROF timer";
+  return nullptr;
 }
 
 // ---- the signal handler --------------------------------------------------------------
@@ -183,6 +224,7 @@ void forward(int sig, siginfo_t* si, void* ctx) {
     syscall(SYS_tgkill, getpid(), gettid_(), sig);
     return;
   }
+  if (host.sa_flags & SA_RESETHAND) g_host.sa_handler = SIG_DFL;  // as the kernel would
   if (host.sa_flags & SA_SIGINFO) {
     host.sa_sigaction(sig, si, ctx);
   } else {
@@ -242,12 +284,12 @@ void start(uint64_t hz, uint32_t ring_slots, int stack_depth) {
   if (hz == 0) return;
   struct sigaction current;
   if (__sigaction(SIGPROF, nullptr, &current) != 0) return;
-  if (is_handler(current)) {
+  if (const char* why = host_profiling()) {
     g_state.store(kHost, std::memory_order_release);
-    log::line("the program already handles SIGPROF; d9's CPU sampling is off");
+    log::line(why, "; d9's CPU sampling is off, the program's own SIGPROF use takes precedence");
     return;
   }
-  g_host = current;
+  g_host = current;  // a handler already there gets every SIGPROF that is not d9's
 
   // CPU-time timers are checked on the tick, whose length is the coarse clocks' resolution.
   timespec res{};
@@ -335,16 +377,11 @@ int host_sigaction(int sig, const struct sigaction* act, struct sigaction* old) 
   if (sig != SIGPROF || g_state.load(std::memory_order_acquire) != kOn) {
     return __sigaction(sig, act, old);
   }
-  // d9's handler holds the real disposition; the host reads and sets its own view. An
-  // ignored or default SIGPROF leaves sampling on (forward() applies it); a handler of
-  // its own takes the signal over.
+  // d9's handler holds the real disposition; the host reads and sets its own view, which
+  // forward() applies to every SIGPROF that is not d9's. Many programs catch every fatal
+  // signal (bash does); only once the host also starts a SIGPROF timer does d9 step aside
+  // (poll()).
   struct sigaction previous = g_host;
-  if (act && is_handler(*act)) {
-    hand_over("the program installed its own SIGPROF handler");
-    int rc = __sigaction(sig, act, nullptr);
-    if (rc == 0 && old) *old = previous;
-    return rc;
-  }
   if (act) g_host = *act;
   if (old) *old = previous;
   return 0;
@@ -369,14 +406,17 @@ void poll() {
   g_modules->refresh();
   struct sigaction current;
   if (__sigaction(SIGPROF, nullptr, &current) == 0 && current.sa_sigaction != on_sigprof) {
-    hand_over("the program replaced d9's SIGPROF handler");
-    return;
+    return hand_over("the program replaced d9's SIGPROF handler", false);
+  }
+  itimerval it;
+  if (getitimer(ITIMER_PROF, &it) == 0 && (it.it_value.tv_sec || it.it_value.tv_usec)) {
+    return hand_over("the program started its own profiling timer (ITIMER_PROF)", true);
   }
   uint64_t now = now_ns();
-  if (g_foreign.load(std::memory_order_relaxed) == 0 || now - g_last_prune_ns < 1000000000ULL) {
-    return;
-  }
-  g_last_prune_ns = now;
+  if (now - g_last_slow_poll_ns < 1000000000ULL) return;
+  g_last_slow_poll_ns = now;
+  if (host_sigprof_timer()) return hand_over("the program started its own SIGPROF timer", true);
+  if (g_foreign.load(std::memory_order_relaxed) == 0) return;
   pid_t pid = getpid();
   for (uint32_t s = 0; s < kTimerSlots; ++s) {
     uint64_t v = g_timers[s].load(std::memory_order_relaxed);

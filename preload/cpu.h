@@ -15,10 +15,12 @@
 //
 // The host's signals stay its own. d9's signals are told apart by si_code == SI_TIMER
 // and a per-process cookie in si_value; any other SIGPROF goes to the disposition the host
-// set (or its default action). The host sees its own view of SIGPROF through sigaction()
-// and signal(); when it installs a handler of its own (gperftools' profiler, for one),
-// the host wins: d9 deletes every timer, hands the signal over and says so once. A
-// handler installed behind d9's back (raw syscall) is found by the writer's poll.
+// set (its handler, its SIG_IGN, or the default action). The host sees and changes only
+// its own view of SIGPROF through sigaction() and signal(): many programs catch every
+// fatal signal (bash does), and that alone does not stop d9. Once the host profiles with
+// SIGPROF itself (ITIMER_PROF, a SIGPROF timer of its own, as gperftools' profiler does)
+// or replaces d9's handler behind its back, the host wins: d9 deletes every timer, hands
+// the signal over and says so once. The writer thread checks for that on every drain.
 #pragma once
 
 #include <pthread.h>

@@ -1,0 +1,222 @@
+// End-to-end CPU sampling: preload libd9.so into cpu_split (known CPU use per function
+// and thread) and check the CpuSampleEvents it wrote against what the program measured.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <sstream>
+
+#include "tests/e2e_util.h"
+
+namespace d9::test {
+namespace {
+
+struct Site {
+  uint64_t start = 0, end = 0;
+};
+
+struct Truth {
+  std::map<std::string, Site> sites;
+  uint32_t worker_tid = 0, named_tid = 0;
+  double worker_cpu_s = 0, a_s = 0, b_s = 0, named_cpu_s = 0;
+  uint64_t renamed_at = 0;
+};
+
+Truth parse_run(const std::string& out) {
+  Truth r;
+  std::istringstream in(out);
+  std::string word;
+  while (in >> word) {
+    if (word == "site") {
+      std::string name;
+      Site s;
+      in >> name >> s.start >> s.end;
+      r.sites[name] = s;
+    } else if (word == "thread") {
+      std::string kind;
+      in >> kind;
+      uint64_t cpu, x, y;
+      if (kind == "worker") {
+        in >> r.worker_tid >> cpu >> x >> y;
+        r.worker_cpu_s = cpu / 1e9;
+        r.a_s = x / 1e9;
+        r.b_s = y / 1e9;
+      } else {
+        in >> r.named_tid >> cpu >> r.renamed_at;
+        r.named_cpu_s = cpu / 1e9;
+      }
+    }
+  }
+  return r;
+}
+
+// The rate CPU-time timers can deliver here: the kernel tick.
+uint64_t tick_hz() {
+  timespec res{};
+  clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+  return res.tv_sec == 0 && res.tv_nsec >= 1000000 ? 1000000000ULL / res.tv_nsec : 1000;
+}
+
+struct Sample {
+  uint64_t ts;
+  uint32_t tid;
+  std::string name;
+  std::vector<uint64_t> stack;
+  bool has_cpu;
+};
+
+// Every CPU sample and the merged metadata of every segment under dir.
+struct Samples {
+  std::vector<Sample> all;
+  std::map<std::string, std::string> metadata;
+  uint64_t closing_samples = 0, closing_truncated = 0;
+  int segments = 0;
+};
+
+Samples load(const std::string& dir) {
+  Samples s;
+  for (const std::string& path : find_segments(dir)) {
+    decode::Trace t = decode::LoadTrace(path);
+    EXPECT_TRUE(t.ok()) << path << ": " << t.error;
+    ++s.segments;
+    for (const auto& [k, v] : t.metadata) s.metadata[k] = v;
+    s.closing_samples += std::stoull(t.metadata["cpu.samples"]);
+    s.closing_truncated += std::stoull(t.metadata["cpu.truncated_samples"]);
+    for (const decode::CpuSample& c : t.cpu_samples) {
+      EXPECT_EQ(c.worker_id, 255u);
+      EXPECT_EQ(c.source, 0u);
+      auto st = t.stack(c.stack);
+      EXPECT_FALSE(st.empty());
+      s.all.push_back({c.ts, c.tid, c.thread_name ? std::string(*c.thread_name) : "",
+                       std::vector<uint64_t>(st.begin(), st.end()), c.cpu.has_value()});
+    }
+  }
+  return s;
+}
+
+bool inside(const Site& s, uint64_t pc) {
+  return pc >= s.start && pc < s.end;
+}
+
+class E2ECpu : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = make_temp_dir("e2e-cpu"); }
+  void TearDown() override {
+    if (!HasFailure()) remove_tree(dir_);
+  }
+  std::string dir_;
+};
+
+// The acceptance test: the 70/30 split within ±5 points, the second thread's name (and
+// its later rename), and samples ≈ hz × CPU seconds (±15%) for each thread.
+TEST_F(E2ECpu, RecoversKnownSplitNamesAndRate) {
+  const uint64_t hz = std::min<uint64_t>(250, tick_hz());
+  // ~1000 samples of the split thread: its share has a standard error of 1.5 points.
+  const double seconds = std::max(4.0, 1000.0 / static_cast<double>(hz));
+  RunResult r = run({program("cpu_split"), std::to_string(seconds)},
+                    {"D9_OUTPUT=" + dir_, "D9_CPU_HZ=" + std::to_string(hz)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  Truth truth = parse_run(r.out);
+  ASSERT_EQ(truth.sites.size(), 3u) << r.out;
+  Samples s = load(dir_);
+  EXPECT_EQ(s.metadata["cpu.profile.frequency_hz"], std::to_string(hz));
+  EXPECT_EQ(s.metadata["cpu.sampling"], "on");
+
+  uint64_t worker = 0, a = 0, b = 0, named = 0, complete = 0, with_cpu = 0;
+  uint64_t named_before = 0, named_before_ok = 0, named_after = 0, named_after_ok = 0;
+  for (const Sample& x : s.all) {
+    with_cpu += x.has_cpu;
+    if (x.tid == truth.worker_tid) {
+      ++worker;
+      EXPECT_EQ(x.name, "cpu_split");  // inherited from the process, never renamed
+      a += inside(truth.sites["work_a"], x.stack[0]);
+      b += inside(truth.sites["work_b"], x.stack[0]);
+    } else if (x.tid == truth.named_tid) {
+      ++named;
+      EXPECT_TRUE(inside(truth.sites["work_c"], x.stack[0]) || x.stack.size() > 1);
+      if (x.ts < truth.renamed_at) {
+        ++named_before;
+        named_before_ok += x.name == "d9-named";
+      } else if (x.ts > truth.renamed_at + 1200000000ULL) {  // names are re-read every second
+        ++named_after;
+        named_after_ok += x.name == "d9-renamed";
+      }
+    }
+  }
+  for (const Sample& x : s.all) complete += x.stack.size() >= 4;
+  double truth_a = truth.a_s / (truth.a_s + truth.b_s);
+  double share_a = static_cast<double>(a) / static_cast<double>(a + b);
+  std::printf("worker: %lu samples (%.1f expected), work_a %.1f%% (truth %.1f%%)\n", worker,
+              truth.worker_cpu_s * hz, share_a * 100, truth_a * 100);
+  std::printf("named: %lu samples (%.1f expected); truncated %lu of %lu\n", named,
+              truth.named_cpu_s * hz, s.closing_truncated, s.closing_samples);
+  EXPECT_NEAR(truth_a, 0.70, 0.03);
+  EXPECT_NEAR(share_a, truth_a, 0.05);
+  EXPECT_GE(a + b, worker * 95 / 100);  // the rest: the loop's clock reads
+  EXPECT_NEAR(static_cast<double>(worker), truth.worker_cpu_s * hz, 0.15 * truth.worker_cpu_s * hz);
+  EXPECT_NEAR(static_cast<double>(named), truth.named_cpu_s * hz, 0.15 * truth.named_cpu_s * hz);
+  EXPECT_GE(named_before_ok, named_before * 95 / 100);
+  EXPECT_GT(named_after, 0u);
+  EXPECT_EQ(named_after_ok, named_after);
+  EXPECT_EQ(with_cpu, s.all.size());
+  // Every stack goes down to clone(): work_x, the thread function, d9's start wrapper,
+  // start_thread, clone3 — and the writer knew it reached the bottom.
+  EXPECT_EQ(complete, s.all.size());
+  EXPECT_EQ(s.closing_samples, s.all.size());
+  EXPECT_LE(s.closing_truncated, s.all.size() / 100);
+}
+
+// The default rate, and the count check at it.
+TEST_F(E2ECpu, DefaultRate) {
+  RunResult r = run({program("cpu_split"), "1"}, {"D9_OUTPUT=" + dir_});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  Truth truth = parse_run(r.out);
+  Samples s = load(dir_);
+  EXPECT_EQ(s.metadata["cpu.profile.frequency_hz"], "99");
+  uint64_t worker = 0, named = 0;
+  for (const Sample& x : s.all) {
+    worker += x.tid == truth.worker_tid;
+    named += x.tid == truth.named_tid;
+  }
+  EXPECT_NEAR(static_cast<double>(worker), truth.worker_cpu_s * 99, 0.15 * truth.worker_cpu_s * 99);
+  EXPECT_NEAR(static_cast<double>(named), truth.named_cpu_s * 99, 0.15 * truth.named_cpu_s * 99);
+}
+
+// A rate the tick cannot honour is capped, written as the rate used, and said once.
+TEST_F(E2ECpu, RateAboveTickIsCappedAndSaid) {
+  const uint64_t tick = tick_hz();
+  if (tick >= 5000) GTEST_SKIP() << "tick of " << tick << " Hz";
+  RunResult r = run({program("cpu_split"), "0.5"}, {"D9_OUTPUT=" + dir_, "D9_CPU_HZ=9999"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("d9: D9_CPU_HZ=9999 is above the kernel tick rate"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("d9:"), r.err.rfind("d9:")) << "said more than once: " << r.err;
+  Samples s = load(dir_);
+  EXPECT_EQ(s.metadata["cpu.profile.frequency_hz"], std::to_string(tick));
+  EXPECT_GT(s.all.size(), 0u);
+}
+
+TEST_F(E2ECpu, ZeroTurnsCpuSamplingOff) {
+  RunResult r = run({program("cpu_split"), "0.3"}, {"D9_OUTPUT=" + dir_, "D9_CPU_HZ=0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  Samples s = load(dir_);
+  EXPECT_EQ(s.all.size(), 0u);
+}
+
+// CPU samples alone (allocation sampling off) still make segments.
+TEST_F(E2ECpu, CpuOnlyWhenAllocationSamplingIsOff) {
+  RunResult r = run({program("cpu_split"), "0.3"}, {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  Samples s = load(dir_);
+  EXPECT_EQ(s.segments, 1);
+  EXPECT_GT(s.all.size(), 0u);
+  EXPECT_EQ(s.metadata.count("memory.sample_rate_bytes"), 0u);
+}
+
+}  // namespace
+}  // namespace d9::test
