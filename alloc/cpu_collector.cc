@@ -43,8 +43,20 @@ bool read_comm(uint32_t tid, std::string* out) {
 
 }  // namespace
 
-bool Collector::pending(const Ring& ring) const {
-  return ring.peek() || ring.dropped() != reported_drops_;
+bool Collector::pending(Ring& ring) {
+  while (const void* p = ring.peek()) {
+    const auto* rec = static_cast<const CpuRecord*>(p);
+    if (rec->kind != CpuRecord::kThreadExit) return true;
+    names_.erase(rec->tid);  // its samples, all claimed before, are encoded already
+    ring.pop();
+  }
+  return ring.dropped() != reported_drops_;
+}
+
+void Collector::note_exit(const CpuRecord& rec) {
+  Name& n = names_[rec.tid];
+  n.name.assign(rec.name(), strnlen(rec.name(), CpuRecord::kNameBytes));
+  n.exited = true;
 }
 
 const std::string* Collector::name_of(uint32_t tid, uint64_t now) {
@@ -63,9 +75,7 @@ uint64_t Collector::drain(Ring& ring, Segment& segment) {
   while (const void* p = ring.peek()) {
     const auto* rec = static_cast<const CpuRecord*>(p);
     if (rec->kind == CpuRecord::kThreadExit) {
-      Name& n = names_[rec->tid];
-      n.name.assign(rec->name(), strnlen(rec->name(), CpuRecord::kNameBytes));
-      n.exited = true;
+      note_exit(*rec);
     } else if (rec->depth > 0) {  // dial9's readers ignore samples without frames
       size_t used = std::min(record_size, sizeof(CpuRecord) + rec->depth * sizeof(uint64_t));
       order_.emplace_back(rec->timestamp_ns, static_cast<uint32_t>(batch_.size()));

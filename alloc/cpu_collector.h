@@ -15,8 +15,9 @@ namespace d9::cpu {
 
 class Collector {
  public:
-  // True when the ring holds records or new drops to report.
-  bool pending(const Ring& ring) const;
+  // True when the ring holds samples or new drops to report. Thread exits alone (a name
+  // to remember) are taken in here, so they never open a segment with nothing in it.
+  bool pending(Ring& ring);
 
   // Encodes everything published so far. Returns the number of events written.
   uint64_t drain(Ring& ring, Segment& segment);
@@ -32,6 +33,7 @@ class Collector {
     bool exited = false;   // final: taken from the thread's exit record
   };
   const std::string* name_of(uint32_t tid, uint64_t now);
+  void note_exit(const CpuRecord& rec);
 
   std::vector<uint8_t> batch_;
   std::vector<std::pair<uint64_t, uint32_t>> order_;  // (timestamp, offset in batch_)

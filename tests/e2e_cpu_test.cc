@@ -218,5 +218,46 @@ TEST_F(E2ECpu, CpuOnlyWhenAllocationSamplingIsOff) {
   EXPECT_EQ(s.metadata.count("memory.sample_rate_bytes"), 0u);
 }
 
+// The stress of the issue, CI form (scripts/cpu_stress.sh runs it for minutes): at 999 Hz,
+// threads dlopen/dlclose in a loop, the process forks without exec, 2,000 short-lived
+// threads come and go and threads allocate heavily. No deadlock (the program's watchdog
+// exits 3), no crash, no host signal lost; the host's own profiling timer then takes over.
+TEST_F(E2ECpu, StressAt999Hz) {
+  RunResult r = run({program("cpu_stress"), "3", "2000"}, {"D9_OUTPUT=" + dir_, "D9_CPU_HZ=999"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("ok forks=", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find(" threads=2000 "), std::string::npos) << r.out;
+  // Said once each: the capped rate (where the tick is below 999 Hz) and the hand-over.
+  std::string expected_err;
+  if (tick_hz() < 999) {
+    expected_err =
+        "d9: D9_CPU_HZ=999 is above the kernel tick rate that CPU-time timers run on; "
+        "sampling at " +
+        std::to_string(tick_hz()) + " Hz (written as cpu.profile.frequency_hz)\n";
+  }
+  expected_err +=
+      "d9: the program started its own profiling timer (ITIMER_PROF); d9's CPU "
+      "sampling is off, the program's own SIGPROF use takes precedence\n";
+  EXPECT_EQ(r.err, expected_err);
+
+  auto dirs = list_dirs(dir_);
+  ASSERT_GE(dirs.size(), 2u);
+  size_t with_samples = 0;
+  uint64_t samples = 0, truncated = 0;
+  for (const std::string& d : dirs) {
+    auto segs = find_segments(d);
+    ASSERT_FALSE(segs.empty()) << d;
+    for (const std::string& seg : segs) EXPECT_EQ(seg.find(".active"), std::string::npos) << seg;
+    Samples s = load(d);
+    with_samples += !s.all.empty();
+    samples += s.closing_samples;
+    truncated += s.closing_truncated;
+  }
+  std::printf("%zu processes, %zu with CPU samples; %lu samples, %lu truncated\n", dirs.size(),
+              with_samples, samples, truncated);
+  EXPECT_GE(with_samples, dirs.size() * 9 / 10);  // fork children burn ~30 ms of CPU each
+  EXPECT_LE(truncated, samples / 10);
+}
+
 }  // namespace
 }  // namespace d9::test
