@@ -504,4 +504,24 @@ bool build_rows(uint64_t hdr, uint64_t base, const std::vector<Range>& readable,
   return ok && c.ok();
 }
 
+Table index_rows(const std::vector<Row>& rows, std::vector<uint32_t>* pages) {
+  Table t;
+  pages->clear();
+  if (rows.empty()) return t;
+  uint32_t first = rows.front().pc >> kPageShift, last = rows.back().pc >> kPageShift;
+  pages->resize(last - first + 1);
+  uint32_t r = 0;
+  for (uint32_t p = first; p <= last; ++p) {
+    uint64_t start = uint64_t{p} << kPageShift;
+    while (r + 1 < rows.size() && rows[r + 1].pc <= start) ++r;
+    (*pages)[p - first] = r;
+  }
+  t.rows = rows.data();
+  t.count = static_cast<uint32_t>(rows.size());
+  t.pages = pages->data();
+  t.page_count = static_cast<uint32_t>(pages->size());
+  t.first_page = first;
+  return t;
+}
+
 }  // namespace d9::cfi

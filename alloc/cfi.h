@@ -48,19 +48,42 @@ struct Range {
 bool build_rows(uint64_t hdr, uint64_t base, const std::vector<Range>& readable,
                 std::vector<Row>* rows);
 
+// A module's rows as the handler searches them, with an index by 4 KiB page of pc:
+// pages[p] is the row in force at the start of page first_page + p, so a lookup
+// binary-searches the few rows of one page instead of the whole module.
+struct Table {
+  const Row* rows = nullptr;
+  uint32_t count = 0;
+  const uint32_t* pages = nullptr;
+  uint32_t page_count = 0;
+  uint32_t first_page = 0;
+};
+
+constexpr int kPageShift = 12;
+
+// Fills `pages` for `rows` (sorted) and returns the view of both.
+Table index_rows(const std::vector<Row>& rows, std::vector<uint32_t>* pages);
+
 // The row covering `pc` (relative to the module base), or nullptr.
-inline const Row* find_row(const Row* rows, uint32_t count, uint64_t pc) {
-  if (count == 0 || pc < rows[0].pc || pc > UINT32_MAX) return nullptr;
-  uint32_t lo = 0, hi = count;  // invariant: rows[lo].pc <= pc, answer in [lo, hi)
+inline const Row* find_row(const Table& t, uint64_t pc) {
+  if (t.count == 0 || pc < t.rows[0].pc || pc > UINT32_MAX) return nullptr;
+  uint64_t page = (pc >> kPageShift) - t.first_page;
+  uint32_t lo = 0, hi = t.count;  // invariant: rows[lo].pc <= pc, answer in [lo, hi)
+  if (page < t.page_count) {
+    lo = t.pages[page];
+    if (page + 1 < t.page_count) hi = t.pages[page + 1] + 1;
+  } else {
+    lo = t.pages[t.page_count - 1];
+  }
   while (hi - lo > 1) {
     uint32_t mid = lo + (hi - lo) / 2;
-    if (rows[mid].pc <= pc) {
+    if (t.rows[mid].pc <= pc) {
       lo = mid;
     } else {
       hi = mid;
     }
   }
-  return &rows[lo];
+  return &t.rows[lo];
 }
 
 }  // namespace d9::cfi

@@ -64,10 +64,12 @@ WalkResult walk(const Regs& regs, const StackBounds& stack, uint64_t* out, int m
   const Snapshot* snap = g_current.load(std::memory_order_seq_cst);
   uint64_t pc = regs.pc, sp = regs.sp, fp = regs.fp;
   bool exact = true;  // pc is where execution is, not a return address
+  const Module* m = nullptr;
   for (;;) {
     uint64_t at = exact ? pc : pc - 1;  // a return address may follow the function's last call
-    const Module* m = find_module(snap, at);
-    const cfi::Row* row = m ? cfi::find_row(m->rows, m->count, at - m->base) : nullptr;
+    // Consecutive frames are mostly in the same module.
+    if (!m || at < m->start || at >= m->end) m = find_module(snap, at);
+    const cfi::Row* row = m ? cfi::find_row(m->table, at - m->base) : nullptr;
     uint8_t kind = row ? row->kind : uint8_t{cfi::kUnknown};
     uint64_t cfa = 0, ra = 0, next_fp = fp;
     bool ok = true;
@@ -129,8 +131,7 @@ ModuleMap::ModuleMap() {
   if (const Snapshot* s = g_current.load(std::memory_order_acquire)) {
     for (const Module& m : s->modules) {
       auto t = std::make_shared<Table>();
-      t->rows = m.rows;
-      t->count = m.count;
+      t->view = m.table;
       tables_[Key{m.base, 0, m.end}] = t;  // keyed by range only: see refresh()
     }
   }
@@ -199,16 +200,14 @@ bool ModuleMap::refresh() {
         }
         if (it == map.tables_.end()) {
           auto t = std::make_shared<Table>();
-          cfi::build_rows(hdr, info->dlpi_addr, readable, &t->storage);  // partial is fine
-          t->storage.shrink_to_fit();
-          t->rows = t->storage.data();
-          t->count = static_cast<uint32_t>(t->storage.size());
+          cfi::build_rows(hdr, info->dlpi_addr, readable, &t->rows);  // partial is fine
+          t->rows.shrink_to_fit();
+          t->view = cfi::index_rows(t->rows, &t->pages);
           it = map.tables_.emplace(key, std::move(t)).first;
         }
-        s->snap->modules.push_back(
-            {start, end, info->dlpi_addr, it->second->rows, it->second->count});
+        s->snap->modules.push_back({start, end, info->dlpi_addr, it->second->view});
         s->snap->owners.push_back(it->second);
-        s->snap->rows += it->second->count;
+        s->snap->rows += it->second->view.count;
         return 0;
       },
       &scan);

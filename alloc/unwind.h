@@ -58,8 +58,7 @@ void reset_after_fork();
 struct Module {
   uint64_t start, end;  // executable bytes [start, end)
   uint64_t base;        // load bias: table pcs are relative to it
-  const cfi::Row* rows;
-  uint32_t count;
+  cfi::Table table;
 };
 
 struct Snapshot;
@@ -84,9 +83,9 @@ class ModuleMap {
 
   // One module's rows: owned, or adopted from a fork parent's snapshot (storage empty).
   struct Table {
-    std::vector<cfi::Row> storage;
-    const cfi::Row* rows = nullptr;
-    uint32_t count = 0;
+    std::vector<cfi::Row> rows;
+    std::vector<uint32_t> pages;
+    cfi::Table view;
   };
 
  private:
