@@ -13,7 +13,9 @@
 #   gperf-99     LD_PRELOAD=libprofiler.so CPUPROFILE=... CPUPROFILE_FREQUENCY=99
 #   gperf-999    the same at 999
 # Workload: bench/cpu_loop.c. Each ratio is taken against the same round's d9-0 run, and
-# the median over rounds is printed, with the median wall time and samples per second.
+# the median over rounds is printed, for wall time and for the process's CPU time
+# (user + system, which includes signal delivery and the handlers; steadier than wall time
+# on a shared machine), with the samples written per second of CPU.
 #
 # Environment: BUILD_DIR (default <repo>/build), CPU_N (loop iterations per run),
 # PROFILER (default Debian's libprofiler.so.0; installed from libgoogle-perftools4 when
@@ -60,7 +62,7 @@ fi
 
 CONFIGS=(plain d9-0 d9-99 d9-999 gperf-99 gperf-999)
 
-# run CONFIG: runs the loop once, prints "wall_seconds samples"
+# run CONFIG: runs the loop once, prints "wall_seconds cpu_seconds samples"
 run() {
   local cfg=$1 env=() samples=0
   rm -rf "$OUT/run"
@@ -69,9 +71,8 @@ run() {
     d9-*) env=(LD_PRELOAD="$LIBD9" D9_OUTPUT="$OUT/run" D9_CPU_HZ="${cfg#d9-}") ;;
     gperf-*) env=(LD_PRELOAD="$PROFILER" CPUPROFILE="$OUT/run.prof" CPUPROFILE_FREQUENCY="${cfg#gperf-}") ;;
   esac
-  local t0=$EPOCHREALTIME
-  env "${env[@]}" "$BIN/cpu_loop" "$CPU_N" 2>>"$log" || true
-  local t1=$EPOCHREALTIME
+  local times
+  times=$( { TIMEFORMAT='%R %U %S'; time env "${env[@]}" "$BIN/cpu_loop" "$CPU_N" 2>>"$log"; } 2>&1 ) || true
   # Samples: d9's CpuSampleEvents; gperftools' profile records (count, depth, pcs...).
   case $cfg in
     d9-*) [[ -d $OUT/run ]] && samples=$("$BUILD_DIR/d9" export --format jsonl "$OUT/run" 2>/dev/null |
@@ -85,22 +86,26 @@ while i+2<len(w):
   n+=c; i+=2+depth
 print(n)' "$OUT/run.prof" 2>/dev/null || echo 0) ;;
   esac
-  echo "$(echo "$t1 - $t0" | bc -l) $samples"
+  read -r real user sys <<<"$times"
+  echo "$real $(echo "$user + $sys" | bc -l) $samples"
 }
 
-declare -A WALL RATIO SAMPLES
+declare -A WALL CPU RATIO CPU_RATIO SAMPLES
 for ((r = 0; r < ROUNDS; r++)); do
-  declare -A this=()
+  declare -A this=() this_cpu=()
   n=${#CONFIGS[@]}
   for ((i = 0; i < n; i++)); do
     cfg=${CONFIGS[$(((i + r) % n))]}
-    read -r wall samples < <(run "$cfg")
+    read -r wall cpu samples < <(run "$cfg")
     this[$cfg]=$wall
+    this_cpu[$cfg]=$cpu
     WALL[$cfg]+="$wall "
-    SAMPLES[$cfg]+="$(echo "$samples / $wall" | bc -l) "
+    CPU[$cfg]+="$cpu "
+    SAMPLES[$cfg]+="$(echo "$samples / $cpu" | bc -l) "
   done
   for cfg in "${CONFIGS[@]}"; do
     RATIO[$cfg]+="$(echo "${this[$cfg]} / ${this[d9-0]}" | bc -l) "
+    CPU_RATIO[$cfg]+="$(echo "${this_cpu[$cfg]} / ${this_cpu[d9-0]}" | bc -l) "
   done
   printf '.' >&2
 done
@@ -109,9 +114,10 @@ echo >&2
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 echo
-printf '%-10s %10s %14s %12s\n' config "wall (s)" "vs d9-0" "samples/s"
+printf '%-10s %9s %9s %9s %9s %12s\n' config "wall (s)" "vs d9-0" "cpu (s)" "vs d9-0" "samples/cpu-s"
 for cfg in "${CONFIGS[@]}"; do
-  printf '%-10s %10.3f %13.4fx %12.0f\n' "$cfg" "$(echo "${WALL[$cfg]}" | median)" \
-    "$(echo "${RATIO[$cfg]}" | median)" "$(echo "${SAMPLES[$cfg]}" | median)"
+  printf '%-10s %9.3f %8.4fx %9.3f %8.4fx %12.0f\n' "$cfg" "$(echo "${WALL[$cfg]}" | median)" \
+    "$(echo "${RATIO[$cfg]}" | median)" "$(echo "${CPU[$cfg]}" | median)" \
+    "$(echo "${CPU_RATIO[$cfg]}" | median)" "$(echo "${SAMPLES[$cfg]}" | median)"
 done
-echo "(medians of $ROUNDS interleaved rounds; samples/s: CPU samples written per wall second)"
+echo "(medians of $ROUNDS interleaved rounds; samples/cpu-s: samples written per CPU second)"
