@@ -11,11 +11,12 @@ namespace {
 
 // A thread's name is read again at most this often, so renames show up within it.
 constexpr uint64_t kNameRefreshNs = 1000000000ULL;
-// A signal that stands for several timer expirations (the thread ran several intervals
-// between two ticks, e.g. under a busy hypervisor) is written once per expiration, up to
-// this many, so samples x interval stays the thread's CPU time. Beyond it (a thread that
-// kept SIGPROF blocked) the stack says nothing about where the earlier CPU went.
-constexpr uint32_t kMaxRepeats = 16;
+// A signal that stands for several timer expirations is written once per expiration, up
+// to this many, so samples x interval stays the thread's CPU time. Expirations merge when
+// no tick lands on the thread for a while: on a busy machine, or when the hypervisor
+// stalls the vCPU (then the thread's clock jumps by the stolen time). The bound keeps a
+// thread that held SIGPROF blocked from flooding one stack.
+constexpr uint32_t kMaxRepeats = 256;
 
 // Thread name from /proc/self/task/<tid>/comm; false once the thread is gone.
 bool read_comm(uint32_t tid, std::string* out) {
