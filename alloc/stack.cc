@@ -5,6 +5,9 @@
 #include <atomic>
 #include <cstdint>
 
+#include "alloc/cpu_profiler.h"
+#include "alloc/unwind.h"
+
 // Linker-provided bounds of libd9's own image, used to drop d9's frames from stacks.
 extern "C" const char __ehdr_start __attribute__((visibility("hidden")));
 extern "C" const char _end __attribute__((visibility("hidden")));
@@ -14,6 +17,7 @@ namespace {
 
 using BacktraceFn = int (*)(void**, int);
 std::atomic<BacktraceFn> g_backtrace{nullptr};
+std::atomic<bool> g_loader_suspect{false};
 
 // Frames of the sampling path itself that sit above the caller: wrapper, sampled path,
 // capture. A little slack keeps the requested depth after they are dropped.
@@ -42,12 +46,33 @@ bool load_unwinder() {
   return true;
 }
 
+void set_loader_suspect(bool suspect) {
+  g_loader_suspect.store(suspect, std::memory_order_release);
+}
+
+namespace {
+
+// The stack from here with the CPU sampler's unwind tables: no loader lock, no libunwind.
+__attribute__((noinline)) int walk_without_loader(void** pcs, int max) {
+  uint64_t sp, fp, pc;
+  asm volatile("mov %%rsp, %0\n\tmov %%rbp, %1\n\tlea 0(%%rip), %2" : "=r"(sp), "=r"(fp), "=r"(pc));
+  const cpu::CpuThread& t = cpu::tls_cpu;
+  uint64_t frames[kMaxDepth + kOwnFramesSlack];
+  int n = unwind::walk({pc, sp, fp}, {t.stack_lo, t.stack_hi}, frames, max).depth;
+  for (int i = 0; i < n; ++i) pcs[i] = reinterpret_cast<void*>(frames[i]);
+  return n;
+}
+
+}  // namespace
+
 int capture(uint64_t* out, int max_depth) {
   BacktraceFn backtrace = g_backtrace.load(std::memory_order_acquire);
   if (!backtrace || max_depth <= 0) return 0;
   if (max_depth > kMaxDepth) max_depth = kMaxDepth;
   void* pcs[kMaxDepth + kOwnFramesSlack];
-  int n = backtrace(pcs, max_depth + kOwnFramesSlack);
+  int n = g_loader_suspect.load(std::memory_order_acquire)
+              ? walk_without_loader(pcs, max_depth + kOwnFramesSlack)
+              : backtrace(pcs, max_depth + kOwnFramesSlack);
   int first = 0;
   while (first < n && in_own_image(reinterpret_cast<uint64_t>(pcs[first]))) ++first;
   int depth = 0;

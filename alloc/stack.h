@@ -20,4 +20,10 @@ bool load_unwinder();
 // d9's own frames removed, so out[0] is the code that called malloc/new.
 int capture(uint64_t* out, int max_depth);
 
+// A fork child may inherit the loader's lock (dl_iterate_phdr) held by a thread that does
+// not exist there, and libunwind takes it on a cache miss: until the writer has taken it
+// once (cpu::poll), capture() walks with the CPU sampler's tables instead (unwind.h),
+// which never touch the loader.
+void set_loader_suspect(bool suspect);
+
 }  // namespace d9::stack

@@ -4,10 +4,10 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/time.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +17,7 @@
 
 #include "alloc/cpu_profiler.h"
 #include "alloc/jemalloc_api.h"
+#include "alloc/stack.h"
 #include "alloc/unwind.h"
 #include "preload/log.h"
 
@@ -35,6 +36,12 @@ void* g_cookie = nullptr;  // si_value of d9's timers
 // The host's view of SIGPROF while d9's handler holds it: what it set, or had before d9.
 struct sigaction g_host;
 unwind::ModuleMap* g_modules = nullptr;  // the writer's; abandoned in a fork child
+// Held by the writer around its loader calls and by fork (prepare to parent/child), so
+// a child never inherits the loader's lock from d9's writer.
+pthread_mutex_t g_fork_mu = PTHREAD_MUTEX_INITIALIZER;
+// A fork child's writer inside its first loader call since (0: not inside, or proven).
+std::atomic<uint64_t> g_child_loader_call_ns{0};
+bool g_in_fork_child = false;  // writer only, until its first refresh returns
 
 // Every armed timer, so all can be deleted when the host takes SIGPROF over: one word per
 // timer, (tid << 32) | kernel timer id, | kForeign for threads d9 did not start. A slot is
@@ -43,7 +50,7 @@ constexpr uint32_t kTimerSlots = 32768;
 constexpr uint64_t kForeign = 1ULL << 31;
 std::atomic<uint64_t>* g_timers = nullptr;
 std::atomic<uint32_t> g_foreign{0};  // foreign timers armed, for the writer's prune
-uint64_t g_last_slow_poll_ns = 0;  // once a second: /proc/self/timers, foreign timers
+uint64_t g_last_slow_poll_ns = 0;    // once a second: /proc/self/timers, foreign timers
 
 std::atomic<bool> g_said_no_timer{false};
 
@@ -56,7 +63,6 @@ uint64_t now_ns() {
 uint32_t gettid_() {
   return static_cast<uint32_t>(syscall(SYS_gettid));
 }
-
 
 // ---- timers ------------------------------------------------------------------------
 
@@ -321,6 +327,8 @@ void start(uint64_t hz, uint32_t ring_slots, int stack_depth) {
   // Unwind tables first, so the first samples already have full stacks.
   g_modules = new unwind::ModuleMap;
   g_modules->refresh();
+  pthread_atfork([] { pthread_mutex_lock(&g_fork_mu); }, [] { pthread_mutex_unlock(&g_fork_mu); },
+                 [] { pthread_mutex_init(&g_fork_mu, nullptr); });
 
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
@@ -402,8 +410,18 @@ sighandler_t host_signal(int sig, sighandler_t handler) {
 }
 
 void poll() {
-  if (g_state.load(std::memory_order_acquire) != kOn) return;
+  if (!g_modules) return;
+  bool first_in_child = g_in_fork_child;
+  if (first_in_child) g_child_loader_call_ns.store(now_ns(), std::memory_order_release);
+  pthread_mutex_lock(&g_fork_mu);
   g_modules->refresh();
+  pthread_mutex_unlock(&g_fork_mu);
+  if (first_in_child) {  // the loader's lock was free after all
+    g_in_fork_child = false;
+    g_child_loader_call_ns.store(0, std::memory_order_release);
+    stack::set_loader_suspect(false);
+  }
+  if (g_state.load(std::memory_order_acquire) != kOn) return;
   struct sigaction current;
   if (__sigaction(SIGPROF, nullptr, &current) == 0 && current.sa_sigaction != on_sigprof) {
     return hand_over("the program replaced d9's SIGPROF handler", false);
@@ -427,17 +445,28 @@ void poll() {
 }
 
 void after_fork_child() {
+  if (!g_modules) return;
+  // Another thread may have held the loader's lock at the fork: until the child's writer
+  // has taken it once, allocation stacks avoid it.
+  stack::set_loader_suspect(true);
+  g_in_fork_child = true;
+  g_child_loader_call_ns.store(0, std::memory_order_relaxed);
+  g_modules = new unwind::ModuleMap;  // the parent writer's map may be mid-update
   if (g_state.load(std::memory_order_acquire) != kOn) return;
   // The parent's timers are not inherited, and its threads are gone.
   for (uint32_t s = 0; s < kTimerSlots; ++s) g_timers[s].store(0, std::memory_order_relaxed);
   g_foreign.store(0, std::memory_order_relaxed);
   reset_after_fork();
   unwind::reset_after_fork();
-  g_modules = new unwind::ModuleMap;  // the parent writer's map may be mid-update
   CpuThread& t = tls_cpu;
   t.tid = 0;
   t.timer_slot = 0;
   arm_self(t);
+}
+
+bool writer_stuck_in_loader() {
+  uint64_t since = g_child_loader_call_ns.load(std::memory_order_acquire);
+  return since != 0 && now_ns() - since > 100000000ULL;  // 100 ms on a call of microseconds
 }
 
 }  // namespace d9::cpu

@@ -51,7 +51,9 @@ int create_internal_thread(pthread_t* thread, const pthread_attr_t* attr, void* 
 int host_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 sighandler_t host_signal(int sig, sighandler_t handler);
 
-// Writer thread, every drain: refreshes the unwind tables after dlopen/dlclose, checks
+// Writer thread, every drain: refreshes the unwind tables after dlopen/dlclose (a fork
+// waits for a refresh in progress: the child must not inherit the loader's lock from the
+// writer; see stack::set_loader_suspect for the lock held by the host's threads), checks
 // that the SIGPROF disposition is still d9's, deletes timers of foreign threads that
 // have exited.
 void poll();
@@ -59,5 +61,9 @@ void poll();
 // Fork child (forking thread only): the parent's timers are not inherited; re-arm this
 // thread's and start the CPU ring afresh.
 void after_fork_child();
+
+// Exit: whether the writer of a fork child is blocked on a loader lock inherited held (it
+// never returns; not worth waiting for).
+bool writer_stuck_in_loader();
 
 }  // namespace d9::cpu

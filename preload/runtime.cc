@@ -426,8 +426,15 @@ void stop_writer() {
   pthread_mutex_lock(&g_mu);
   timespec until = deadline_after(0);
   until.tv_sec += kExitWaitSecs;
-  while (!g_done) {
-    if (pthread_cond_timedwait(&g_done_cv, &g_mu, &until) == ETIMEDOUT) break;
+  // Checked every 100 ms: a fork child's writer blocked for good on a loader lock it
+  // inherited held will never finish.
+  while (!g_done && !cpu::writer_stuck_in_loader()) {
+    timespec slice = deadline_after(100 * 1000 * 1000);
+    bool last = slice.tv_sec > until.tv_sec ||
+                (slice.tv_sec == until.tv_sec && slice.tv_nsec >= until.tv_nsec);
+    if (pthread_cond_timedwait(&g_done_cv, &g_mu, last ? &until : &slice) == ETIMEDOUT && last) {
+      break;
+    }
   }
   pthread_mutex_unlock(&g_mu);
 }
