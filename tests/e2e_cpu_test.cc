@@ -71,6 +71,7 @@ struct Samples {
   std::vector<Sample> all;
   std::map<std::string, std::string> metadata;
   uint64_t closing_samples = 0, closing_truncated = 0;
+  uint64_t allocs = 0, allocs_without_stack = 0;
   int segments = 0;
 };
 
@@ -83,6 +84,10 @@ Samples load(const std::string& dir) {
     for (const auto& [k, v] : t.metadata) s.metadata[k] = v;
     s.closing_samples += std::stoull(t.metadata["cpu.samples"]);
     s.closing_truncated += std::stoull(t.metadata["cpu.truncated_samples"]);
+    for (const decode::AllocEvent& a : t.allocs) {
+      ++s.allocs;
+      s.allocs_without_stack += t.stack(a.stack).size() < 2;
+    }
     for (const decode::CpuSample& c : t.cpu_samples) {
       EXPECT_EQ(c.worker_id, 255u);
       EXPECT_EQ(c.source, 0u);
@@ -243,7 +248,7 @@ TEST_F(E2ECpu, StressAt999Hz) {
   auto dirs = list_dirs(dir_);
   ASSERT_GE(dirs.size(), 2u);
   size_t with_samples = 0;
-  uint64_t samples = 0, truncated = 0;
+  uint64_t samples = 0, truncated = 0, allocs = 0, allocs_without_stack = 0;
   for (const std::string& d : dirs) {
     auto segs = find_segments(d);
     ASSERT_FALSE(segs.empty()) << d;
@@ -252,7 +257,12 @@ TEST_F(E2ECpu, StressAt999Hz) {
     with_samples += !s.all.empty();
     samples += s.closing_samples;
     truncated += s.closing_truncated;
+    allocs += s.allocs;
+    allocs_without_stack += s.allocs_without_stack;
   }
+  // Fork children sample allocations from their first instruction on, with stacks.
+  std::printf("%lu allocation samples, %lu without a stack\n", allocs, allocs_without_stack);
+  EXPECT_EQ(allocs_without_stack, 0u);
   std::printf("%zu processes, %zu with CPU samples; %lu samples, %lu truncated\n", dirs.size(),
               with_samples, samples, truncated);
   EXPECT_GE(with_samples, dirs.size() * 9 / 10);  // fork children burn ~30 ms of CPU each

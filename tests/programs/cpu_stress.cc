@@ -137,14 +137,15 @@ void* usr1_sender(void*) {
   return nullptr;
 }
 
-// A fork child: CPU, allocations and a thread under d9, then a normal exit.
+// A fork child: allocations (at once, while d9 cannot yet trust the loader's lock), CPU
+// and a thread under d9, then a normal exit.
 int child_main() {
-  g_sink = spin(30000000, 5);
-  for (int i = 0; i < 1000; ++i) {
-    void* p = malloc(1000 + i);
+  for (int i = 0; i < 4000; ++i) {
+    void* p = malloc(4000 + i);
     asm volatile("" : : "r"(p) : "memory");
     free(p);
   }
+  g_sink = spin(30000000, 5);
   pthread_t t;
   pthread_create(&t, nullptr, short_thread, nullptr);
   pthread_join(t, nullptr);
