@@ -18,6 +18,7 @@
 #include "alloc/cpu_profiler.h"
 #include "alloc/jemalloc_api.h"
 #include "alloc/stack.h"
+#include "alloc/thread_state.h"
 #include "alloc/unwind.h"
 #include "preload/log.h"
 
@@ -358,7 +359,10 @@ const char* state() {
 
 int create_thread(pthread_t* thread, const pthread_attr_t* attr, void* (*fn)(void*), void* arg) {
   CreateFn create = real_create();
-  if (g_state.load(std::memory_order_acquire) != kOn) return create(thread, attr, fn, arg);
+  // Threads d9's writer starts (through the libraries it loads) are d9's: no timer.
+  if (g_state.load(std::memory_order_acquire) != kOn || tls_state.internal) {
+    return create(thread, attr, fn, arg);
+  }
   auto* start = static_cast<Start*>(d9_je_malloc(sizeof(Start)));
   if (!start) return create(thread, attr, fn, arg);
   *start = {fn, arg};

@@ -10,6 +10,9 @@
 #   d9-99        LD_PRELOAD=libd9.so (default 99 Hz)  (target <= 1.01x)
 #   d9-999       LD_PRELOAD=libd9.so D9_CPU_HZ=999    (target <= 1.03x; CPU-time timers
 #                                                      fire at most once per kernel tick)
+#   d9-99-seal   d9-99 with the seal's symbolization and compression (a fixed cost per
+#                segment, about 80 ms of CPU here, not a cost per sample)
+# The d9-0/99/999 runs set D9_SYMBOLIZE=0 D9_COMPRESS=none, so they measure sampling.
 #   gperf-99     LD_PRELOAD=libprofiler.so CPUPROFILE=... CPUPROFILE_FREQUENCY=99
 #   gperf-999    the same at 999
 # Workload: bench/cpu_loop.c. Each ratio is taken against the same round's d9-0 run, and
@@ -60,7 +63,7 @@ if [[ ! -x $BIN/cpu_loop || $ROOT/bench/cpu_loop.c -nt $BIN/cpu_loop ]]; then
   ${CC:-cc} -std=c11 -O2 -Wall -Wextra -o "$BIN/cpu_loop" "$ROOT/bench/cpu_loop.c"
 fi
 
-CONFIGS=(plain d9-0 d9-99 d9-999 gperf-99 gperf-999)
+CONFIGS=(plain d9-0 d9-99 d9-999 d9-99-seal gperf-99 gperf-999)
 
 # run CONFIG: runs the loop once, prints "wall_seconds cpu_seconds samples"
 run() {
@@ -68,7 +71,9 @@ run() {
   rm -rf "$OUT/run"
   case $cfg in
     plain) ;;
-    d9-*) env=(LD_PRELOAD="$LIBD9" D9_OUTPUT="$OUT/run" D9_CPU_HZ="${cfg#d9-}") ;;
+    d9-99-seal) env=(LD_PRELOAD="$LIBD9" D9_OUTPUT="$OUT/run" D9_CPU_HZ=99) ;;
+    d9-*) env=(LD_PRELOAD="$LIBD9" D9_OUTPUT="$OUT/run" D9_CPU_HZ="${cfg#d9-}" D9_SYMBOLIZE=0
+      D9_COMPRESS=none) ;;
     gperf-*) env=(LD_PRELOAD="$PROFILER" CPUPROFILE="$OUT/run.prof" CPUPROFILE_FREQUENCY="${cfg#gperf-}") ;;
   esac
   local times

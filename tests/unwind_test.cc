@@ -72,7 +72,12 @@ class Unwind : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     static ModuleMap* map = new ModuleMap;  // published for the whole process, never freed
+    auto t0 = std::chrono::steady_clock::now();
     map->refresh();
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("tables: %zu modules, %zu rows (%zu KiB), built in %.1f ms\n", map->modules(),
+                map->rows(), map->rows() * sizeof(cfi::Row) / 1024, ms);
   }
 };
 
