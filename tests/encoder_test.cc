@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -140,6 +141,50 @@ TEST(Encoder, VarintBoundaries) {
     EXPECT_EQ(t.allocs[i].size, sizes[i]);
     EXPECT_EQ(t.allocs[i].addr, sizes[i]);
   }
+}
+
+// CpuSampleEvent as dial9-format.md §2.1 fixes it: field names, order and type tags
+// (09, 0d, 0b, 87, 06, 89, as in dial9's own demo trace), worker 255, source 0, the
+// optional thread name and cpu present or absent.
+TEST(Encoder, CpuSampleMatchesTheContract) {
+  Encoder e;
+  e.begin_stream();
+  const std::vector<uint64_t> stack = {0x401000, 0x402000};
+  e.cpu_sample(7'000'000'000, 4242, std::string_view("worker-1"), stack, 3u);
+  e.cpu_sample(7'000'000'500, 4243, std::nullopt, stack, std::nullopt);
+
+  std::vector<uint8_t> schema = {0x01, 0x00, 0x00, 14, 0x00};
+  for (char c : std::string("CpuSampleEvent")) schema.push_back(static_cast<uint8_t>(c));
+  schema.insert(schema.end(), {0x01, 0x06, 0x00});  // has_timestamp, 6 fields
+  const std::pair<std::string, uint8_t> fields[] = {{"worker_id", 0x09}, {"tid", 0x0d},
+                                                    {"source", 0x0b},    {"thread_name", 0x87},
+                                                    {"callchain", 0x06}, {"cpu", 0x89}};
+  for (const auto& [name, tag] : fields) {
+    schema.push_back(static_cast<uint8_t>(name.size()));
+    schema.push_back(0);
+    for (char c : name) schema.push_back(static_cast<uint8_t>(c));
+    schema.push_back(tag);
+  }
+  const std::vector<uint8_t>& out = e.bytes();
+  EXPECT_NE(std::search(out.begin(), out.end(), schema.begin(), schema.end()), out.end());
+
+  decode::Trace t = decode_bytes(out);
+  ASSERT_EQ(t.cpu_samples.size(), 2u);
+  const decode::CpuSample& a = t.cpu_samples[0];
+  EXPECT_EQ(a.ts, 7'000'000'000u);
+  EXPECT_EQ(a.worker_id, 255u);
+  EXPECT_EQ(a.tid, 4242u);
+  EXPECT_EQ(a.source, 0u);
+  EXPECT_EQ(a.thread_name, std::optional<std::string_view>("worker-1"));
+  EXPECT_EQ(a.cpu, std::optional<uint32_t>(3));
+  auto frames = t.stack(a.stack);
+  EXPECT_EQ(std::vector<uint64_t>(frames.begin(), frames.end()), stack);
+  const decode::CpuSample& b = t.cpu_samples[1];
+  EXPECT_EQ(b.tid, 4243u);
+  EXPECT_FALSE(b.thread_name.has_value());
+  EXPECT_FALSE(b.cpu.has_value());
+  EXPECT_EQ(b.stack, a.stack);  // pooled once
+  EXPECT_EQ(e.stack_count(), 1u);
 }
 
 }  // namespace
