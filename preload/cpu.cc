@@ -213,6 +213,24 @@ const char* host_profiling() {
   return nullptr;
 }
 
+// fork waits for a writer's loader call in progress, but not forever: if that call is
+// itself waiting on the host (a lock held by the forking thread), the fork goes ahead and
+// the child treats the loader's lock as suspect anyway (stack::set_loader_suspect).
+bool g_fork_locked = false;
+void fork_prepare() {
+  timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_nsec += 100000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec += 1;
+    until.tv_nsec -= 1000000000L;
+  }
+  g_fork_locked = pthread_mutex_timedlock(&g_fork_mu, &until) == 0;
+}
+void fork_parent() {
+  if (g_fork_locked) pthread_mutex_unlock(&g_fork_mu);
+}
+
 // ---- the signal handler --------------------------------------------------------------
 
 // A SIGPROF that is not d9's goes where it would have gone without d9.
@@ -328,8 +346,7 @@ void start(uint64_t hz, uint32_t ring_slots, int stack_depth) {
   // Unwind tables first, so the first samples already have full stacks.
   g_modules = new unwind::ModuleMap;
   g_modules->refresh();
-  pthread_atfork([] { pthread_mutex_lock(&g_fork_mu); }, [] { pthread_mutex_unlock(&g_fork_mu); },
-                 [] { pthread_mutex_init(&g_fork_mu, nullptr); });
+  pthread_atfork(fork_prepare, fork_parent, [] { pthread_mutex_init(&g_fork_mu, nullptr); });
 
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));

@@ -35,6 +35,11 @@ std::atomic<uint64_t> g_usr1{0}, g_alarms{0}, g_host_prof_kill{0}, g_host_prof_t
 std::atomic<uint64_t> g_dlopens{0}, g_threads{0}, g_allocs{0};
 std::string g_dso;
 volatile uint64_t g_sink;
+// dlclose runs __cxa_finalize under glibc's exit-handler lock; a child forked meanwhile
+// would hang in exit() with or without d9 (glibc does not reset that lock in the child).
+// So dlclose and fork exclude each other, as a correct program has to arrange; dlopen
+// still races with fork (the loader's own lock may be held at the fork).
+pthread_rwlock_t g_fork_guard = PTHREAD_RWLOCK_INITIALIZER;
 
 double now_s() {
   timespec ts;
@@ -73,7 +78,9 @@ void* dlopen_loop(void*) {
     }
     auto fn = reinterpret_cast<uint64_t (*)(uint64_t)>(dlsym(h, "dso_spin"));
     g_sink = fn(200000);
+    pthread_rwlock_rdlock(&g_fork_guard);
     dlclose(h);
+    pthread_rwlock_unlock(&g_fork_guard);
     g_dlopens.fetch_add(1);
   }
   return nullptr;
@@ -194,7 +201,9 @@ int main(int argc, char** argv) {
   uint64_t forks = 0, prof_kills = 0;
   double end = now_s() + seconds;
   while (now_s() < end || g_threads.load() < g_thread_target) {
+    pthread_rwlock_wrlock(&g_fork_guard);
     pid_t pid = fork();
+    pthread_rwlock_unlock(&g_fork_guard);
     if (pid == 0) exit(child_main());
     int status = 0;
     double give_up = now_s() + 30;
