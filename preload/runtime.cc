@@ -322,8 +322,7 @@ void seal(Writer& w) {
       {"d9.segments_dropped", std::to_string(w.segments_dropped)},
       {"cpu.sampling", cpu::state()}};
   StringMap cpu_counts = w.cpu.close_segment();
-  options.extra_metadata.insert(options.extra_metadata.end(), cpu_counts.begin(),
-                                cpu_counts.end());
+  options.extra_metadata.insert(options.extra_metadata.end(), cpu_counts.begin(), cpu_counts.end());
   options.symbolize = g_options.symbolize;
   if (g_options.compress == Compression::kZstd) options.compression = SealCompression::kZstd;
   if (g_options.compress == Compression::kGzip) options.compression = SealCompression::kGzip;
