@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   uint64_t t1 = now_ns(CLOCK_MONOTONIC), c1 = now_ns(CLOCK_PROCESS_CPUTIME_ID);
 
   sink = sum + m.size();
-  std::printf("ns_per_op=%.3f cpu_ns_per_op=%.3f\n", static_cast<double>(t1 - t0) / static_cast<double>(n),
+  std::printf("ns_per_op=%.3f cpu_ns_per_op=%.3f\n",
+              static_cast<double>(t1 - t0) / static_cast<double>(n),
               static_cast<double>(c1 - c0) / static_cast<double>(n));
   return 0;
 }
