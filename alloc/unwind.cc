@@ -125,6 +125,14 @@ struct ModuleMap::Scan {
   ModuleMap* map;
   Snapshot* snap;
   unsigned long long adds = 0, subs = 0;
+
+  // The loader's load/unload counters (older glibc may not pass them).
+  void note_counters(const dl_phdr_info* info, size_t size) {
+    if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
+      adds = info->dlpi_adds;
+      subs = info->dlpi_subs;
+    }
+  }
 };
 
 ModuleMap::ModuleMap() {
@@ -146,10 +154,7 @@ bool ModuleMap::refresh() {
     dl_iterate_phdr(
         [](dl_phdr_info* info, size_t size, void* data) {
           auto* s = static_cast<Scan*>(data);
-          if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
-            s->adds = info->dlpi_adds;
-            s->subs = info->dlpi_subs;
-          }
+          s->note_counters(info, size);
           return 1;
         },
         &scan);
@@ -166,10 +171,7 @@ bool ModuleMap::refresh() {
   dl_iterate_phdr(
       [](dl_phdr_info* info, size_t size, void* data) {
         auto* s = static_cast<Scan*>(data);
-        if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
-          s->adds = info->dlpi_adds;
-          s->subs = info->dlpi_subs;
-        }
+        s->note_counters(info, size);
         uint64_t start = UINT64_MAX, end = 0, hdr = 0;
         std::vector<cfi::Range> readable;
         for (int i = 0; i < info->dlpi_phnum; ++i) {
