@@ -13,7 +13,8 @@
 #include "alloc/stack.h"
 
 namespace d9 {
-constinit thread_local ThreadState tls_state __attribute__((tls_model("initial-exec"))) = {};
+constinit thread_local ThreadState tls_state __asm__("d9_tls_state")
+    __attribute__((tls_model("initial-exec"))) = {};
 }  // namespace d9
 
 namespace d9::alloc {

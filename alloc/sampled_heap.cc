@@ -8,12 +8,13 @@
 
 #include "alloc/jemalloc_api.h"
 
+uintptr_t d9_sampled_lo = UINTPTR_MAX;
+uintptr_t d9_sampled_hi = UINTPTR_MAX;
+
 namespace d9::alloc {
 
 static_assert(je::kZero == MALLOCX_ZERO && je::kTcacheNone == MALLOCX_TCACHE_NONE &&
               je::arena(7) == MALLOCX_ARENA(7));  // MALLOCX_ALIGN(a) is ffs(a) - 1 == ctz(a)
-
-SampledRange g_sampled_range = {0, 0};
 
 namespace {
 
@@ -34,7 +35,7 @@ bool address_space_limited() {
 void* extent_alloc(extent_hooks_t*, void* new_addr, size_t size, size_t alignment, bool* zero,
                    bool* commit, unsigned) {
   if (address_space_limited()) return nullptr;
-  const uintptr_t end = g_sampled_range.base + g_sampled_range.size;
+  const uintptr_t end = d9_sampled_hi;
   uintptr_t cur = g_cursor.load(std::memory_order_relaxed);
   uintptr_t start;
   do {
@@ -87,7 +88,7 @@ extent_hooks_t g_hooks = {extent_alloc,        extent_dalloc,   extent_destroy,
 }  // namespace
 
 bool init_sampled_heap(size_t reserve_bytes) {
-  if (g_sampled_range.size) return true;
+  if (d9_sampled_hi != UINTPTR_MAX) return true;
   if (address_space_limited()) return false;
   void* base = MAP_FAILED;
   // vm.max_map_count or overcommit policy may refuse a large reservation: halve to 1 GiB.
@@ -103,12 +104,14 @@ bool init_sampled_heap(size_t reserve_bytes) {
   // The range must be valid before the arena exists: jemalloc allocates the arena's own
   // metadata through its hooks while creating it.
   g_cursor.store(reinterpret_cast<uintptr_t>(base), std::memory_order_relaxed);
-  g_sampled_range = {reinterpret_cast<uintptr_t>(base), reserve_bytes};
+  d9_sampled_hi = reinterpret_cast<uintptr_t>(base) + reserve_bytes;
+  d9_sampled_lo = reinterpret_cast<uintptr_t>(base);
   unsigned arena = 0;
   size_t arena_size = sizeof(arena);
   extent_hooks_t* hooks = &g_hooks;
   if (d9_je_mallctl("arenas.create", &arena, &arena_size, &hooks, sizeof(hooks)) != 0) {
-    g_sampled_range = {0, 0};
+    d9_sampled_lo = UINTPTR_MAX;
+    d9_sampled_hi = UINTPTR_MAX;
     munmap(base, reserve_bytes);
     return false;
   }

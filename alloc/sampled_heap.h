@@ -3,9 +3,9 @@
 // Sampled allocations are served by a jemalloc arena of their own, whose extent hooks
 // carve memory from one reserved address range. Every pointer a free() sees is then
 // "certainly not sampled" unless it falls in that range, which a compare against two
-// globals decides without touching memory: unsampled frees, nearly all of them, pay two
-// loads, a subtract and a branch. Pointers in the range are checked exactly against the
-// sampled-address set (address_set.h).
+// globals decides without touching the block: unsampled frees, nearly all of them, pay a
+// compare and a branch (preload/fast_path.S). Pointers in the range are checked exactly
+// against the sampled-address set (address_set.h).
 //
 // The range is reserved PROT_NONE and MAP_NORESERVE and made accessible extent by extent,
 // so it costs address space, not memory. Extents are never unmapped: jemalloc retains and
@@ -18,16 +18,17 @@
 #include <cstddef>
 #include <cstdint>
 
+// The reservation is [d9_sampled_lo, d9_sampled_hi); both are UINTPTR_MAX while there is
+// none (live set off), so no pointer is ever in range. C names: the free fast paths in
+// preload/fast_path.S read them. The kernel places the reservation above most later
+// mappings, so those paths compare against the low bound first.
+extern "C" uintptr_t d9_sampled_lo, d9_sampled_hi;
+
 namespace d9::alloc {
 
-struct SampledRange {
-  uintptr_t base;
-  uintptr_t size;  // 0 while the live set is off: nothing is ever in range
-};
-extern SampledRange g_sampled_range;
-
 inline bool maybe_sampled(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) - g_sampled_range.base < g_sampled_range.size;
+  auto u = reinterpret_cast<uintptr_t>(p);
+  return u >= d9_sampled_lo && u < d9_sampled_hi;
 }
 
 // Reserves up to `reserve_bytes` of address space (less if the system refuses) and creates

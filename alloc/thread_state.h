@@ -7,6 +7,7 @@
 // so it lives in the static TLS block).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace d9 {
@@ -24,9 +25,13 @@ struct ThreadState {
 };
 static_assert(sizeof(ThreadState) == 32,
               "ThreadState is on every allocation's path: keep it small");
+static_assert(offsetof(ThreadState, bytes_until_sample) == 0,
+              "preload/fast_path.S subtracts from the first word");
 
 // constinit: no dynamic initialiser, so access needs no TLS-init wrapper call on the fast path.
-extern constinit thread_local ThreadState tls_state __attribute__((tls_model("initial-exec")));
+// Assembler name d9_tls_state: the fast paths in preload/fast_path.S reach it by that name.
+extern constinit thread_local ThreadState tls_state __asm__("d9_tls_state")
+    __attribute__((tls_model("initial-exec")));
 
 // Marks d9 code running on a host thread; allocations made meanwhile are served but never
 // sampled, so stack capture or the writer can allocate without recursing into the sampler.

@@ -1,11 +1,12 @@
-// Every function libd9.so interposes, in one place. Each is a thin wrapper: the inline
-// sampling check (one TLS subtract and branch) and a call into jemalloc; only when the
-// thread's byte counter runs out does the out-of-line sampled path run.
+// Every function libd9.so interposes, in one place (malloc, free and the unaligned deletes
+// are in preload/fast_path.S, with their out-of-line halves here). Each is a thin wrapper:
+// the inline sampling check (one TLS subtract and branch) and a call into jemalloc; only
+// when the thread's byte counter runs out does the out-of-line sampled path run.
 //
 // Where jemalloc and glibc differ, the wrappers keep glibc's documented contract, which is
 // what programs on this platform were written against:
-//  - every block is 16-byte aligned (max_align_t), so sizes below 16 are raised to 16
-//    (in sized deletes too, so jemalloc sees the size class it allocated);
+//  - every block is 16-byte aligned (max_align_t): jemalloc's smallest size class is
+//    raised to 16 bytes at start-up (alloc/size_classes.h);
 //  - a failed realloc/valloc sets errno to ENOMEM;
 //  - memalign and aligned_alloc (an alias of it in glibc 2.36) round an alignment that is
 //    not a power of two up to the next one;
@@ -33,6 +34,7 @@
 
 #include "alloc/jemalloc_api.h"
 #include "alloc/profiler.h"
+#include "alloc/sampled_heap.h"
 #include "alloc/sampler.h"
 #include "alloc/thread_state.h"
 #include "preload/cpu.h"
@@ -47,11 +49,6 @@ namespace {
 using d9::tls_state;
 
 constexpr size_t kMinAlign = 16;  // glibc's MALLOC_ALIGNMENT on 64-bit
-
-// Smallest size whose jemalloc size class is 16-byte aligned.
-inline size_t glibc_size(size_t size) {
-  return size < kMinAlign ? kMinAlign : size;
-}
 
 // The fast path: charge `size` bytes to this thread; true while no sample point is hit.
 inline bool no_sample(size_t size) {
@@ -120,8 +117,8 @@ void* glibc_memalign(size_t alignment, size_t size, int flags) {
   }
   size_t a = kMinAlign;
   while (a < alignment) a <<= 1;
-  if (flags) return or_enomem(d9_je_mallocx(glibc_size(size), flags | d9::je::align(a)));
-  if (alignment <= kMinAlign) return or_enomem(d9_je_malloc(glibc_size(size)));
+  if (flags) return or_enomem(d9_je_mallocx(size, flags | d9::je::align(a)));
+  if (alignment <= kMinAlign) return or_enomem(d9_je_malloc(size));
   return or_enomem(d9_je_aligned_alloc(a, size));
 }
 
@@ -160,7 +157,6 @@ __attribute__((noinline)) void* new_failed(size_t size, size_t alignment) {
 
 template <bool kNoThrow>
 inline void* new_impl(size_t size, int flags) {
-  size = glibc_size(size);
   void* p = flags ? d9_je_mallocx(size, flags) : d9_je_malloc(size);
   if (D9_LIKELY(p)) return p;
   if (flags) return nullptr;  // the sampled path retries on the usual heap
@@ -219,10 +215,10 @@ __attribute__((noinline)) void* realloc_slow(void* ptr, size_t size, bool charge
   uint64_t free_ts = tracked ? d9::alloc::now_ns() : 0;
   errno = saved;
   int flags = take ? d9::alloc::sampled_flags() : 0;
-  void* q = flags ? realloc_into_arena(ptr, glibc_size(size), flags) : nullptr;
+  void* q = flags ? realloc_into_arena(ptr, size, flags) : nullptr;
   if (!q) {
-    q = d9::alloc::maybe_sampled(ptr) ? d9_je_rallocx(ptr, glibc_size(size), d9::je::kTcacheNone)
-                                      : d9_je_realloc(ptr, glibc_size(size));
+    q = d9::alloc::maybe_sampled(ptr) ? d9_je_rallocx(ptr, size, d9::je::kTcacheNone)
+                                      : d9_je_realloc(ptr, size);
   }
   saved = errno;
   if (!q) {
@@ -240,15 +236,17 @@ __attribute__((noinline)) void* realloc_slow(void* ptr, size_t size, bool charge
 
 // ---- C allocation API ------------------------------------------------------------------
 
-D9_EXPORT void* malloc(size_t size) {
-  if (no_sample(size)) return d9_je_malloc(glibc_size(size));
-  return sampled(size, [=](int flags) {
-    return flags ? d9_je_mallocx(glibc_size(size), flags) : d9_je_malloc(glibc_size(size));
-  });
+// The out-of-line halves of preload/fast_path.S: malloc at a sample point (or on a thread's
+// first call), and frees of pointers in the sampled arena's range.
+extern "C" void* d9_malloc_sampled(size_t size) {
+  return sampled(
+      size, [=](int flags) { return flags ? d9_je_mallocx(size, flags) : d9_je_malloc(size); });
 }
-
-D9_EXPORT void free(void* ptr) {
-  free_block(ptr, 0, 0);
+extern "C" void d9_free_sampled(void* ptr) {
+  sampled_free(ptr, 0, 0);
+}
+extern "C" void d9_sized_free_sampled(void* ptr, size_t size) {
+  sampled_free(ptr, size, 0);
 }
 
 D9_EXPORT void* calloc(size_t n, size_t size) {
@@ -257,10 +255,9 @@ D9_EXPORT void* calloc(size_t n, size_t size) {
     errno = ENOMEM;
     return nullptr;
   }
-  if (no_sample(total)) return d9_je_calloc(1, glibc_size(total));
+  if (no_sample(total)) return d9_je_calloc(1, total);
   return sampled(total, [=](int flags) {
-    return flags ? d9_je_mallocx(glibc_size(total), flags | d9::je::kZero)
-                 : d9_je_calloc(1, glibc_size(total));
+    return flags ? d9_je_mallocx(total, flags | d9::je::kZero) : d9_je_calloc(1, total);
   });
 }
 
@@ -272,7 +269,7 @@ D9_EXPORT void* realloc(void* ptr, size_t size) {
   }
   bool sample_point = !no_sample(size);
   if (D9_LIKELY(!sample_point && !d9::alloc::maybe_sampled(ptr))) {
-    return or_enomem(d9_je_realloc(ptr, glibc_size(size)));
+    return or_enomem(d9_je_realloc(ptr, size));
   }
   return realloc_slow(ptr, size, sample_point);
 }
@@ -430,24 +427,7 @@ D9_EXPORT_CXX void* operator new[](size_t size, std::align_val_t al,
   return new_aligned_entry<true>(size, al);
 }
 
-D9_EXPORT_CXX void operator delete(void* p) noexcept {
-  free_block(p, 0, 0);
-}
-D9_EXPORT_CXX void operator delete[](void* p) noexcept {
-  free_block(p, 0, 0);
-}
-D9_EXPORT_CXX void operator delete(void* p, size_t n) noexcept {
-  if (p) free_block(p, glibc_size(n), 0);
-}
-D9_EXPORT_CXX void operator delete[](void* p, size_t n) noexcept {
-  if (p) free_block(p, glibc_size(n), 0);
-}
-D9_EXPORT_CXX void operator delete(void* p, const std::nothrow_t&) noexcept {
-  free_block(p, 0, 0);
-}
-D9_EXPORT_CXX void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  free_block(p, 0, 0);
-}
+// Unaligned deletes, plain, sized and nothrow: preload/fast_path.S.
 D9_EXPORT_CXX void operator delete(void* p, std::align_val_t al) noexcept {
   if (p) free_block(p, 0, align_flags(al));
 }

@@ -20,6 +20,7 @@
 #include "alloc/collector.h"
 #include "alloc/cpu_collector.h"
 #include "alloc/profiler.h"
+#include "alloc/size_classes.h"
 #include "alloc/stack.h"
 #include "alloc/thread_state.h"
 #include "preload/cpu.h"
@@ -506,6 +507,15 @@ void before_dlclose() {
 
 bool at_sample_point(size_t size) {
   ThreadState& t = tls_state;
+  // The process's first allocation (or one racing with it) raises jemalloc's smallest size
+  // class before any block is served. Nested allocations from that very step pass through.
+  if (__builtin_expect(!alloc::min_size_class_set(), 0) && !t.in_d9) {
+    ReentryGuard guard;
+    if (!alloc::set_min_size_class()) {
+      log::line("jemalloc's size classes are not laid out as this build expects; blocks "
+                "under 16 bytes are only 8-byte aligned");
+    }
+  }
   if (t.internal) {
     t.bytes_until_sample = INT64_MAX;  // d9's own threads: park, never come back here
     return false;

@@ -1,0 +1,87 @@
+// The hottest entry points, malloc and the unsized and sized frees, written out so each is
+// the shortest sequence that does its job: a check, then a conditional tail jump straight
+// into jemalloc. No frame, no saved register; everything else happens out of line in C++
+// (preload/hooks.cc). Compilers emit two to three times as many instructions for the same
+// logic (a TLS load, subtract, store and test; the range check as subtract and compare).
+//
+// malloc: subtract the size from this thread's byte counter (d9_tls_state, the first word
+// of alloc/thread_state.h's ThreadState). While the counter stays above zero no sample point
+// was reached and jemalloc serves the request. Otherwise d9_malloc_sampled decides: set up
+// the thread, or take a sample. jemalloc's smallest size class is already 16 bytes
+// (alloc/size_classes.h), so no rounding is needed here.
+//
+// free and delete: a pointer outside the sampled arena's reservation [d9_sampled_lo,
+// d9_sampled_hi) (alloc/sampled_heap.h) cannot be a tracked sample and goes straight to
+// jemalloc; NULL is below the range. Most heap pointers lie below the reservation (the
+// kernel maps later memory downwards), so the low bound is compared first.
+
+        .text
+
+        .p2align 4
+        .globl  malloc
+        .type   malloc, @function
+malloc:
+        .cfi_startproc
+        movq    d9_tls_state@gottpoff(%rip), %rax
+        subq    %rdi, %fs:(%rax)
+        jg      d9_je_malloc
+        jmp     d9_malloc_sampled
+        .cfi_endproc
+        .size   malloc, .-malloc
+
+// free(p), operator delete(p), delete[](p) and their nothrow forms: all one function.
+        .p2align 4
+        .globl  free
+        .type   free, @function
+        .globl  _ZdlPv
+        .type   _ZdlPv, @function
+        .globl  _ZdaPv
+        .type   _ZdaPv, @function
+        .globl  _ZdlPvRKSt9nothrow_t
+        .type   _ZdlPvRKSt9nothrow_t, @function
+        .globl  _ZdaPvRKSt9nothrow_t
+        .type   _ZdaPvRKSt9nothrow_t, @function
+free:
+_ZdlPv:
+_ZdaPv:
+_ZdlPvRKSt9nothrow_t:
+_ZdaPvRKSt9nothrow_t:
+        .cfi_startproc
+        cmpq    d9_sampled_lo(%rip), %rdi
+        jb      d9_je_free
+        cmpq    d9_sampled_hi(%rip), %rdi
+        jae     d9_je_free
+        jmp     d9_free_sampled
+        .cfi_endproc
+        .size   free, .-free
+        .size   _ZdlPv, .-_ZdlPv
+        .size   _ZdaPv, .-_ZdaPv
+        .size   _ZdlPvRKSt9nothrow_t, .-_ZdlPvRKSt9nothrow_t
+        .size   _ZdaPvRKSt9nothrow_t, .-_ZdaPvRKSt9nothrow_t
+
+// operator delete(p, size) and delete[](p, size): jemalloc's own sized delete (which
+// ignores NULL) skips the size lookup of an unsized free.
+        .p2align 4
+        .globl  _ZdlPvm
+        .type   _ZdlPvm, @function
+        .globl  _ZdaPvm
+        .type   _ZdaPvm, @function
+_ZdlPvm:
+_ZdaPvm:
+        .cfi_startproc
+        cmpq    d9_sampled_lo(%rip), %rdi
+        jb      d9_je__ZdlPvm
+        cmpq    d9_sampled_hi(%rip), %rdi
+        jae     d9_je__ZdlPvm
+        jmp     d9_sized_free_sampled
+        .cfi_endproc
+        .size   _ZdlPvm, .-_ZdlPvm
+        .size   _ZdaPvm, .-_ZdaPvm
+
+        .hidden d9_sampled_lo
+        .hidden d9_sampled_hi
+        .hidden d9_malloc_sampled
+        .hidden d9_free_sampled
+        .hidden d9_sized_free_sampled
+
+        .section .note.GNU-stack, "", @progbits
