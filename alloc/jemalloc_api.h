@@ -18,6 +18,10 @@ constexpr int align(size_t a) {
 constexpr int arena(unsigned a) {
   return static_cast<int>(a + 1) << 20;
 }  // MALLOCX_ARENA
+constexpr int tcache(unsigned tc) {
+  return static_cast<int>(tc + 2) << 8;
+}  // MALLOCX_TCACHE
+constexpr int kTcacheBits = 0xfff00;  // where MALLOCX_TCACHE and MALLOCX_TCACHE_NONE live
 }  // namespace d9::je
 
 extern "C" {

@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "alloc/jemalloc_api.h"
+#include "alloc/thread_state.h"
 
 uintptr_t d9_sampled_lo = UINTPTR_MAX;
 uintptr_t d9_sampled_hi = UINTPTR_MAX;
@@ -14,12 +15,28 @@ uintptr_t d9_sampled_hi = UINTPTR_MAX;
 namespace d9::alloc {
 
 static_assert(je::kZero == MALLOCX_ZERO && je::kTcacheNone == MALLOCX_TCACHE_NONE &&
-              je::arena(7) == MALLOCX_ARENA(7));  // MALLOCX_ALIGN(a) is ffs(a) - 1 == ctz(a)
+              je::arena(7) == MALLOCX_ARENA(7) && je::tcache(7) == MALLOCX_TCACHE(7) &&
+              (je::tcache(4093) & ~je::kTcacheBits) == 0 &&  // jemalloc's highest tcache id
+              (je::kTcacheNone & ~je::kTcacheBits) == 0);  // MALLOCX_ALIGN(a): ffs(a) - 1 == ctz(a)
 
 namespace {
 
 std::atomic<uintptr_t> g_cursor{0};  // next free byte of the reservation
-int g_flags = 0;
+int g_arena_flags = 0;               // MALLOCX_ARENA of the sampled arena; 0 until it exists
+
+// This thread's flags, creating its explicit tcache on first use.
+int thread_flags() {
+  ThreadState& t = tls_state;
+  if (t.sampled_flags) return t.sampled_flags;
+  int tcache = je::kTcacheNone;
+  unsigned id = 0;
+  size_t len = sizeof(id);
+  if (!t.exited && d9_je_mallctl("tcache.create", &id, &len, nullptr, 0) == 0) {
+    tcache = je::tcache(id);
+  }
+  t.sampled_flags = g_arena_flags | tcache;
+  return t.sampled_flags;
+}
 
 // Memory in the reservation was counted against RLIMIT_AS when it was reserved, so under
 // an address-space limit it would let the program allocate past that limit. With a limit
@@ -115,12 +132,26 @@ bool init_sampled_heap(size_t reserve_bytes) {
     munmap(base, reserve_bytes);
     return false;
   }
-  g_flags = je::arena(arena) | je::kTcacheNone;
+  g_arena_flags = je::arena(arena);
   return true;
 }
 
 int sampled_heap_flags() {
-  return g_flags;
+  return g_arena_flags ? thread_flags() : 0;
+}
+
+int sampled_free_flags() {
+  return g_arena_flags ? thread_flags() & je::kTcacheBits : je::kTcacheNone;
+}
+
+void release_thread_cache() {
+  ThreadState& t = tls_state;
+  t.exited = 1;
+  int tcache = t.sampled_flags & je::kTcacheBits;
+  if (!tcache || tcache == je::kTcacheNone) return;
+  t.sampled_flags = g_arena_flags | je::kTcacheNone;  // frees from later destructors
+  unsigned id = static_cast<unsigned>(tcache >> 8) - 2;
+  d9_je_mallctl("tcache.destroy", nullptr, nullptr, &id, sizeof(id));
 }
 
 }  // namespace d9::alloc

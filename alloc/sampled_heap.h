@@ -11,8 +11,9 @@
 // so it costs address space, not memory. Extents are never unmapped: jemalloc retains and
 // reuses them, and purges their pages through the hooks like any other.
 //
-// Allocations in the arena bypass the thread caches (MALLOCX_TCACHE_NONE) on the way in
-// and out, so the arena's memory never leaks into ordinary allocations through a tcache.
+// Allocations in the arena go through a per-thread explicit tcache of their own, never the
+// thread's automatic one, so the arena's memory never leaks into ordinary allocations and
+// a sampled allocation or free costs a tcache hit rather than an arena lock.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +37,13 @@ inline bool maybe_sampled(const void* p) {
 // into the program's own limit); the live set must then stay off.
 bool init_sampled_heap(size_t reserve_bytes);
 
-// mallocx flags that allocate in the sampled arena (valid after init_sampled_heap).
+// mallocx flags that allocate in the sampled arena on this thread: the arena, through this
+// thread's explicit tcache (created on first use), or MALLOCX_TCACHE_NONE if jemalloc has
+// no tcache left or the thread is exiting. 0 before init_sampled_heap succeeded.
 int sampled_heap_flags();
+// dallocx flags (a tcache) for freeing a block of the sampled arena on this thread.
+int sampled_free_flags();
+// Flushes and destroys this thread's explicit tcache; called as the thread exits.
+void release_thread_cache();
 
 }  // namespace d9::alloc

@@ -18,10 +18,12 @@ struct ThreadState {
   uint64_t rng;  // xorshift state for gap draws; 0 until the thread is set up
   uint32_t tid;  // gettid(), cached
   uint8_t initialised;
-  uint8_t in_d9;       // reentrancy guard: set while d9 code runs on this thread
-  uint8_t internal;    // d9's own threads (writer): their allocations are never sampled
-  uint8_t in_dlclose;  // inside dlclose: nested dlcloses (from destructors) must not wait
-  uint64_t reserved;
+  uint8_t in_d9;          // reentrancy guard: set while d9 code runs on this thread
+  uint8_t internal;       // d9's own threads (writer): their allocations are never sampled
+  uint8_t in_dlclose;     // inside dlclose: nested dlcloses (from destructors) must not wait
+  int32_t sampled_flags;  // mallocx flags of this thread's sampled allocations; 0 = not set up
+  uint8_t exited;         // thread-exit cleanup ran: no new per-thread resources
+  uint8_t unused[3];
 };
 static_assert(sizeof(ThreadState) == 32,
               "ThreadState is on every allocation's path: keep it small");

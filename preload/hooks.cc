@@ -82,7 +82,7 @@ __attribute__((noinline)) void sampled_free(void* p, size_t size, int flags) {
   int saved = errno;
   d9::alloc::record_free(p);
   errno = saved;
-  flags |= d9::je::kTcacheNone;
+  flags = (flags & ~d9::je::kTcacheBits) | d9::alloc::sampled_free_flags();
   if (size) {
     d9_je_sdallocx(p, size, flags);
   } else {
@@ -96,6 +96,13 @@ inline void free_block(void* p, size_t size, int flags) {
   if (size) return d9_je_sdallocx(p, size, flags);
   if (flags) return d9_je_dallocx(p, flags);
   d9_je_free(p);
+}
+
+// mallocx with d9's placement flags. jemalloc leaves mallocx(0) undefined (through a
+// tcache it returns a smallest-class block, ignoring the alignment); malloc(0) and its
+// kin must still return a unique, aligned block, so 0 asks for 1 byte.
+inline void* placed_mallocx(size_t size, int flags) {
+  return d9_je_mallocx(size ? size : 1, flags);
 }
 
 inline void* or_enomem(void* p) {
@@ -117,7 +124,7 @@ void* glibc_memalign(size_t alignment, size_t size, int flags) {
   }
   size_t a = kMinAlign;
   while (a < alignment) a <<= 1;
-  if (flags) return or_enomem(d9_je_mallocx(size, flags | d9::je::align(a)));
+  if (flags) return or_enomem(placed_mallocx(size, flags | d9::je::align(a)));
   if (alignment <= kMinAlign) return or_enomem(d9_je_malloc(size));
   return or_enomem(d9_je_aligned_alloc(a, size));
 }
@@ -128,7 +135,7 @@ void* glibc_memalign(size_t alignment, size_t size, int flags) {
 void* from_sampled_arena(size_t size, size_t alignment) {
   int flags = d9::alloc::sampled_flags();
   if (!flags) return nullptr;
-  return d9_je_mallocx(size, flags | (alignment ? d9::je::align(alignment) : 0));
+  return placed_mallocx(size, flags | (alignment ? d9::je::align(alignment) : 0));
 }
 
 // operator new when the allocator came back empty: the standard's new-handler loop.
@@ -157,7 +164,7 @@ __attribute__((noinline)) void* new_failed(size_t size, size_t alignment) {
 
 template <bool kNoThrow>
 inline void* new_impl(size_t size, int flags) {
-  void* p = flags ? d9_je_mallocx(size, flags) : d9_je_malloc(size);
+  void* p = flags ? placed_mallocx(size, flags) : d9_je_malloc(size);
   if (D9_LIKELY(p)) return p;
   if (flags) return nullptr;  // the sampled path retries on the usual heap
   return new_failed<kNoThrow>(size, 0);
@@ -167,7 +174,7 @@ template <bool kNoThrow>
 inline void* new_aligned_impl(size_t size, std::align_val_t al, int flags) {
   auto alignment = static_cast<size_t>(al);
   if (alignment < kMinAlign) alignment = kMinAlign;
-  void* p = flags ? d9_je_mallocx(size, flags | d9::je::align(alignment))
+  void* p = flags ? placed_mallocx(size, flags | d9::je::align(alignment))
                   : d9_je_aligned_alloc(alignment, size);
   if (D9_LIKELY(p)) return p;
   if (flags) return nullptr;
@@ -193,11 +200,11 @@ inline int align_flags(std::align_val_t al) {
 
 // A sampled realloc's result, placed in the sampled arena (NULL if the arena is full).
 void* realloc_into_arena(void* ptr, size_t size, int flags) {
-  if (!ptr) return d9_je_mallocx(size, flags);
+  if (!ptr) return placed_mallocx(size, flags);
   if (d9::alloc::maybe_sampled(ptr)) return d9_je_rallocx(ptr, size, flags);
   // jemalloc would grow a block of the usual heap in place, outside the sampled arena,
   // where its free could not be seen. Move it once; later growth stays in the arena.
-  void* q = d9_je_mallocx(size, flags);
+  void* q = placed_mallocx(size, flags);
   if (q) {
     size_t old = d9_je_malloc_usable_size(ptr);
     memcpy(q, ptr, old < size ? old : size);
@@ -240,7 +247,7 @@ __attribute__((noinline)) void* realloc_slow(void* ptr, size_t size, bool charge
 // first call), and frees of pointers in the sampled arena's range.
 extern "C" void* d9_malloc_sampled(size_t size) {
   return sampled(
-      size, [=](int flags) { return flags ? d9_je_mallocx(size, flags) : d9_je_malloc(size); });
+      size, [=](int flags) { return flags ? placed_mallocx(size, flags) : d9_je_malloc(size); });
 }
 extern "C" void d9_free_sampled(void* ptr) {
   sampled_free(ptr, 0, 0);
@@ -257,7 +264,7 @@ D9_EXPORT void* calloc(size_t n, size_t size) {
   }
   if (no_sample(total)) return d9_je_calloc(1, total);
   return sampled(total, [=](int flags) {
-    return flags ? d9_je_mallocx(total, flags | d9::je::kZero) : d9_je_calloc(1, total);
+    return flags ? placed_mallocx(total, flags | d9::je::kZero) : d9_je_calloc(1, total);
   });
 }
 
@@ -291,7 +298,7 @@ D9_EXPORT int posix_memalign(void** out, size_t alignment, size_t size) {
   int saved = errno;  // posix_memalign reports through its result, never through errno
   int rc = 0;
   auto allocate = [&](int flags) -> void* {
-    void* p = flags ? d9_je_mallocx(size, flags | d9::je::align(alignment))
+    void* p = flags ? placed_mallocx(size, flags | d9::je::align(alignment))
                     : d9_je_aligned_alloc(alignment, size);
     rc = p ? 0 : ENOMEM;
     if (p) *out = p;
@@ -350,7 +357,7 @@ D9_EXPORT void* mallocx(size_t size, int flags) {
   if (no_sample(size)) return d9_je_mallocx(size, flags);
   return sampled(size, [=](int ours) {
     int f = merge_flags(flags, ours);
-    return ours && !f ? nullptr : d9_je_mallocx(size, ours ? f : flags);
+    return ours && !f ? nullptr : placed_mallocx(size, ours ? f : flags);
   });
 }
 
