@@ -2,6 +2,7 @@
 
 #include <jemalloc/jemalloc.h>  // extent_hooks_t and the MALLOCX_* flag encodings
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -118,6 +119,26 @@ extent_hooks_t g_hooks = {extent_alloc,        extent_dalloc,   extent_destroy,
                           extent_commit,       extent_decommit, extent_purge_lazy,
                           extent_purge_forced, extent_split,    extent_merge};
 
+// Reserves `bytes` of address space below the usual heap. Where the kernel would put it,
+// right next to jemalloc's own mappings, ordinary malloc/free ran 30% slower on
+// bench/alloc_loop (20 vs 15 ns/op, with identical instruction counts). So it goes at a
+// random 2 MiB-aligned spot between 16 and 64 TiB: above sanitizer shadows and non-PIE
+// programs' brk heaps, below PIE executables (~85 TiB) and the mmap area (~127 TiB).
+// If that space is taken, anywhere will do.
+void* reserve(size_t bytes) {
+  constexpr uintptr_t kLow = 16ULL << 40, kHigh = 64ULL << 40, kAlign = 2ULL << 20;
+  constexpr int kProt = PROT_NONE, kFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+  for (int attempt = 0; attempt < 4 && bytes < kHigh - kLow; ++attempt) {
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r)) break;
+    auto hint = reinterpret_cast<void*>((kLow + r % (kHigh - kLow - bytes)) & ~(kAlign - 1));
+    void* p = mmap(hint, bytes, kProt, kFlags | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == hint) return p;
+    if (p != MAP_FAILED) munmap(p, bytes);  // a kernel before 4.17 took it as a mere hint
+  }
+  return mmap(nullptr, bytes, kProt, kFlags, -1, 0);
+}
+
 }  // namespace
 
 bool init_sampled_heap(size_t reserve_bytes) {
@@ -126,7 +147,7 @@ bool init_sampled_heap(size_t reserve_bytes) {
   void* base = MAP_FAILED;
   // vm.max_map_count or overcommit policy may refuse a large reservation: halve to 1 GiB.
   for (size_t bytes = reserve_bytes; bytes >= (1ULL << 30); bytes /= 2) {
-    base = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    base = reserve(bytes);
     if (base != MAP_FAILED) {
       reserve_bytes = bytes;
       break;

@@ -21,8 +21,8 @@
 
 // The reservation is [d9_sampled_lo, d9_sampled_hi); both are UINTPTR_MAX while there is
 // none (live set off), so no pointer is ever in range. C names: the free fast paths in
-// preload/fast_path.S read them. The kernel places the reservation above most later
-// mappings, so those paths compare against the low bound first.
+// preload/fast_path.S read them. The reservation is placed below the usual heap
+// (sampled_heap.cc), so those paths compare against the high bound first.
 extern "C" uintptr_t d9_sampled_lo, d9_sampled_hi;
 
 namespace d9::alloc {

@@ -12,8 +12,8 @@
 //
 // free and delete: a pointer outside the sampled arena's reservation [d9_sampled_lo,
 // d9_sampled_hi) (alloc/sampled_heap.h) cannot be a tracked sample and goes straight to
-// jemalloc; NULL is below the range. Most heap pointers lie below the reservation (the
-// kernel maps later memory downwards), so the low bound is compared first.
+// jemalloc; NULL is below the range. The reservation is placed below the usual heap
+// (alloc/sampled_heap.cc), so the high bound is compared first.
 
         .text
 
@@ -47,10 +47,10 @@ _ZdaPv:
 _ZdlPvRKSt9nothrow_t:
 _ZdaPvRKSt9nothrow_t:
         .cfi_startproc
-        cmpq    d9_sampled_lo(%rip), %rdi
-        jb      d9_je_free
         cmpq    d9_sampled_hi(%rip), %rdi
         jae     d9_je_free
+        cmpq    d9_sampled_lo(%rip), %rdi
+        jb      d9_je_free
         jmp     d9_free_sampled
         .cfi_endproc
         .size   free, .-free
@@ -69,10 +69,10 @@ _ZdaPvRKSt9nothrow_t:
 _ZdlPvm:
 _ZdaPvm:
         .cfi_startproc
-        cmpq    d9_sampled_lo(%rip), %rdi
-        jb      d9_je__ZdlPvm
         cmpq    d9_sampled_hi(%rip), %rdi
         jae     d9_je__ZdlPvm
+        cmpq    d9_sampled_lo(%rip), %rdi
+        jb      d9_je__ZdlPvm
         jmp     d9_sized_free_sampled
         .cfi_endproc
         .size   _ZdlPvm, .-_ZdlPvm

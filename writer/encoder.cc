@@ -1,5 +1,6 @@
 #include "writer/encoder.h"
 
+#include <bit>
 #include <cstring>
 
 namespace d9 {
@@ -75,31 +76,42 @@ void Encoder::begin_stream() {
   ts_base_ = 0;
 }
 
+// The format is little-endian, as is every host d9 runs on: fields are copied, not
+// assembled byte by byte.
+static_assert(std::endian::native == std::endian::little);
+
+template <size_t N>
+void Encoder::put_le(uint64_t v) {
+  size_t at = out_.size();
+  out_.resize(at + N);
+  memcpy(out_.data() + at, &v, N);
+}
+
 void Encoder::put_u16(uint16_t v) {
-  out_.push_back(static_cast<uint8_t>(v));
-  out_.push_back(static_cast<uint8_t>(v >> 8));
+  put_le<2>(v);
 }
 
 void Encoder::put_u24(uint32_t v) {
-  out_.push_back(static_cast<uint8_t>(v));
-  out_.push_back(static_cast<uint8_t>(v >> 8));
-  out_.push_back(static_cast<uint8_t>(v >> 16));
+  put_le<3>(v);
 }
 
 void Encoder::put_u32(uint32_t v) {
-  for (int i = 0; i < 4; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  put_le<4>(v);
 }
 
 void Encoder::put_u64(uint64_t v) {
-  for (int i = 0; i < 8; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  put_le<8>(v);
 }
 
 void Encoder::put_varint(uint64_t v) {
+  uint8_t buf[10];  // LEB128: 7 bits a byte, at most 10 for 64 bits
+  size_t n = 0;
   while (v >= 0x80) {
-    out_.push_back(static_cast<uint8_t>(v | 0x80));
+    buf[n++] = static_cast<uint8_t>(v | 0x80);
     v >>= 7;
   }
-  out_.push_back(static_cast<uint8_t>(v));
+  buf[n++] = static_cast<uint8_t>(v);
+  out_.insert(out_.end(), buf, buf + n);
 }
 
 void Encoder::put_bytes(std::string_view s) {
@@ -108,10 +120,11 @@ void Encoder::put_bytes(std::string_view s) {
 }
 
 uint16_t Encoder::schema_id(const EventSpec& spec) {
-  auto it = schema_ids_.find(&spec);
-  if (it != schema_ids_.end()) return it->second;
+  for (const auto& [known, id] : schema_ids_) {  // a handful of specs: a scan beats a hash
+    if (known == &spec) return id;
+  }
   auto id = static_cast<uint16_t>(schema_ids_.size());
-  schema_ids_.emplace(&spec, id);
+  schema_ids_.emplace_back(&spec, id);
   put_u8(static_cast<uint8_t>(Frame::kSchema));
   put_u16(id);
   size_t name_len = strlen(spec.name);

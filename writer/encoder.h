@@ -74,6 +74,8 @@ class Encoder {
 
   // Low-level pieces, public so tests can build unusual streams.
   void put_u8(uint8_t v) { out_.push_back(v); }
+  template <size_t N>
+  void put_le(uint64_t v);  // the low N bytes of v
   void put_u16(uint16_t v);
   void put_u24(uint32_t v);
   void put_u32(uint32_t v);
@@ -91,7 +93,7 @@ class Encoder {
   uint32_t intern_stack(std::span<const uint64_t> frames);
 
   std::vector<uint8_t> out_;
-  std::unordered_map<const EventSpec*, uint16_t> schema_ids_;
+  std::vector<std::pair<const EventSpec*, uint16_t>> schema_ids_;
   std::unordered_map<std::string, uint32_t> strings_;
   // Stacks are keyed by their bytes; the map owns a copy of each key.
   std::unordered_map<std::string, uint32_t> stacks_;
