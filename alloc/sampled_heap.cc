@@ -10,8 +10,8 @@
 #include "alloc/jemalloc_api.h"
 #include "alloc/thread_state.h"
 
-uintptr_t d9_sampled_lo = UINTPTR_MAX;
-uintptr_t d9_sampled_hi = UINTPTR_MAX;
+uintptr_t d9_sampled_lo = 0;
+uintptr_t d9_sampled_hi = 0;
 
 namespace d9::alloc {
 
@@ -142,7 +142,7 @@ void* reserve(size_t bytes) {
 }  // namespace
 
 bool init_sampled_heap(size_t reserve_bytes) {
-  if (d9_sampled_hi != UINTPTR_MAX) return true;
+  if (d9_sampled_hi != 0) return true;
   if (address_space_limited()) return false;
   void* base = MAP_FAILED;
   // vm.max_map_count or overcommit policy may refuse a large reservation: halve to 1 GiB.
@@ -158,14 +158,14 @@ bool init_sampled_heap(size_t reserve_bytes) {
   // The range must be valid before the arena exists: jemalloc allocates the arena's own
   // metadata through its hooks while creating it.
   g_cursor.store(reinterpret_cast<uintptr_t>(base), std::memory_order_relaxed);
+  d9_sampled_lo = reinterpret_cast<uintptr_t>(base);  // the range opens when hi is set
   d9_sampled_hi = reinterpret_cast<uintptr_t>(base) + reserve_bytes;
-  d9_sampled_lo = reinterpret_cast<uintptr_t>(base);
   unsigned arena = 0;
   size_t arena_size = sizeof(arena);
   extent_hooks_t* hooks = &g_hooks;
   if (d9_je_mallctl("arenas.create", &arena, &arena_size, &hooks, sizeof(hooks)) != 0) {
-    d9_sampled_lo = UINTPTR_MAX;
-    d9_sampled_hi = UINTPTR_MAX;
+    d9_sampled_hi = 0;
+    d9_sampled_lo = 0;
     munmap(base, reserve_bytes);
     return false;
   }
