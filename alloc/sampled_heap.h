@@ -20,8 +20,8 @@
 #include <cstdint>
 
 // The reservation is [d9_sampled_lo, d9_sampled_hi); both are 0 while there is none (live
-// set off), so no pointer is ever in range and the first compare of a free settles it. C names: the free fast paths in
-// preload/fast_path.S read them. The reservation is placed below the usual heap
+// set off), so no pointer is ever in range and the first compare of a free settles it. C names: the
+// free fast paths in preload/fast_path.S read them. The reservation is placed below the usual heap
 // (sampled_heap.cc), so those paths compare against the high bound first.
 extern "C" uintptr_t d9_sampled_lo, d9_sampled_hi;
 
