@@ -80,11 +80,41 @@ void Encoder::begin_stream() {
 // assembled byte by byte.
 static_assert(std::endian::native == std::endian::little);
 
+namespace {
+
+template <size_t N>
+uint8_t* le(uint8_t* p, uint64_t v) {
+  memcpy(p, &v, N);
+  return p + N;
+}
+
+constexpr size_t kMaxVarint = 10;  // LEB128: 7 bits a byte
+
+uint8_t* varint(uint8_t* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<uint8_t>(v);
+  return p;
+}
+
+// Largest event header: a timestamp reset frame (tag + u64), then tag, type id, u24 delta.
+constexpr size_t kMaxHeader = 1 + 8 + 1 + 2 + 3;
+
+}  // namespace
+
+template <class Write>
+void Encoder::append(size_t max, Write write) {
+  size_t at = out_.size();
+  out_.resize(at + max);
+  uint8_t* end = write(out_.data() + at);
+  out_.resize(static_cast<size_t>(end - out_.data()));
+}
+
 template <size_t N>
 void Encoder::put_le(uint64_t v) {
-  size_t at = out_.size();
-  out_.resize(at + N);
-  memcpy(out_.data() + at, &v, N);
+  append(N, [v](uint8_t* p) { return le<N>(p, v); });
 }
 
 void Encoder::put_u16(uint16_t v) {
@@ -104,14 +134,7 @@ void Encoder::put_u64(uint64_t v) {
 }
 
 void Encoder::put_varint(uint64_t v) {
-  uint8_t buf[10];  // LEB128: 7 bits a byte, at most 10 for 64 bits
-  size_t n = 0;
-  while (v >= 0x80) {
-    buf[n++] = static_cast<uint8_t>(v | 0x80);
-    v >>= 7;
-  }
-  buf[n++] = static_cast<uint8_t>(v);
-  out_.insert(out_.end(), buf, buf + n);
+  append(kMaxVarint, [v](uint8_t* p) { return varint(p, v); });
 }
 
 void Encoder::put_bytes(std::string_view s) {
@@ -141,19 +164,24 @@ uint16_t Encoder::schema_id(const EventSpec& spec) {
   return id;
 }
 
+uint8_t* Encoder::header(uint8_t* p, uint16_t id, bool timestamped, uint64_t ts) {
+  if (timestamped && (ts < ts_base_ || ts - ts_base_ > fmt::kMaxTimestampDelta)) {
+    *p++ = static_cast<uint8_t>(Frame::kTimestampReset);
+    p = le<8>(p, ts);
+    ts_base_ = ts;
+  }
+  *p++ = static_cast<uint8_t>(Frame::kEvent);
+  p = le<2>(p, id);
+  if (timestamped) {
+    p = le<3>(p, ts - ts_base_);
+    ts_base_ = ts;
+  }
+  return p;
+}
+
 void Encoder::event_header(const EventSpec& spec, uint64_t ts) {
   uint16_t id = schema_id(spec);
-  if (spec.has_timestamp && (ts < ts_base_ || ts - ts_base_ > fmt::kMaxTimestampDelta)) {
-    put_u8(static_cast<uint8_t>(Frame::kTimestampReset));
-    put_u64(ts);
-    ts_base_ = ts;
-  }
-  put_u8(static_cast<uint8_t>(Frame::kEvent));
-  put_u16(id);
-  if (spec.has_timestamp) {
-    put_u24(static_cast<uint32_t>(ts - ts_base_));
-    ts_base_ = ts;
-  }
+  append(kMaxHeader, [&](uint8_t* p) { return header(p, id, spec.has_timestamp, ts); });
 }
 
 uint32_t Encoder::intern_string(std::string_view s) {
@@ -201,20 +229,26 @@ void Encoder::alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t add
                           std::span<const uint64_t> stack) {
   // Pool entries must precede the event frame that references them.
   uint32_t stack_id = intern_stack(stack);
-  event_header(kAlloc, ts);
-  put_u32(tid);
-  put_varint(size);
-  put_varint(addr);
-  put_u32(stack_id);
+  uint16_t id = schema_id(kAlloc);
+  append(kMaxHeader + 4 + 2 * kMaxVarint + 4, [&](uint8_t* p) {
+    p = header(p, id, kAlloc.has_timestamp, ts);
+    p = le<4>(p, tid);
+    p = varint(p, size);
+    p = varint(p, addr);
+    return le<4>(p, stack_id);
+  });
 }
 
 void Encoder::free_event(uint64_t ts, uint32_t tid, uint64_t addr, uint64_t size,
                          uint64_t alloc_ts) {
-  event_header(kFree, ts);
-  put_u32(tid);
-  put_varint(addr);
-  put_varint(size);
-  put_varint(alloc_ts);
+  uint16_t id = schema_id(kFree);
+  append(kMaxHeader + 4 + 3 * kMaxVarint, [&](uint8_t* p) {
+    p = header(p, id, kFree.has_timestamp, ts);
+    p = le<4>(p, tid);
+    p = varint(p, addr);
+    p = varint(p, size);
+    return varint(p, alloc_ts);
+  });
 }
 
 void Encoder::overflow_event(uint64_t ts, uint64_t dropped_allocs, uint64_t dropped_frees) {
@@ -229,15 +263,18 @@ void Encoder::cpu_sample(uint64_t ts, uint32_t tid, std::optional<std::string_vi
   constexpr uint8_t kOnCpu = 0;
   uint32_t name_id = thread_name ? intern_string(*thread_name) : 0;
   uint32_t stack_id = intern_stack(stack);
-  event_header(kCpu, ts);
-  put_varint(kUnknownWorker);
-  put_u32(tid);
-  put_u8(kOnCpu);
-  put_u8(thread_name ? 1 : 0);
-  if (thread_name) put_u32(name_id);
-  put_u32(stack_id);
-  put_u8(cpu ? 1 : 0);
-  if (cpu) put_varint(*cpu);
+  uint16_t id = schema_id(kCpu);
+  append(kMaxHeader + 2 * kMaxVarint + 4 + 1 + 1 + 4 + 4 + 1, [&](uint8_t* p) {
+    p = header(p, id, kCpu.has_timestamp, ts);
+    p = varint(p, kUnknownWorker);
+    p = le<4>(p, tid);
+    *p++ = kOnCpu;
+    *p++ = thread_name ? 1 : 0;
+    if (thread_name) p = le<4>(p, name_id);
+    p = le<4>(p, stack_id);
+    *p++ = cpu ? 1 : 0;
+    return cpu ? varint(p, *cpu) : p;
+  });
 }
 
 void Encoder::live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,

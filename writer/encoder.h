@@ -89,6 +89,11 @@ class Encoder {
   // Event frame header: tag, type id and (if timestamped) the u24 delta, with a reset
   // frame first when time goes backwards or jumps more than the u24 can hold.
   void event_header(const EventSpec& spec, uint64_t ts);
+  // The same header written at p (room for kMaxHeader bytes); returns the end.
+  uint8_t* header(uint8_t* p, uint16_t id, bool timestamped, uint64_t ts);
+  // Appends at most `max` bytes: `write(p)` fills them from p and returns where it stopped.
+  template <class Write>
+  void append(size_t max, Write write);
   uint32_t intern_string(std::string_view s);
   uint32_t intern_stack(std::span<const uint64_t> frames);
 
