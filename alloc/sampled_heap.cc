@@ -1,6 +1,7 @@
 #include "alloc/sampled_heap.h"
 
 #include <jemalloc/jemalloc.h>  // extent_hooks_t and the MALLOCX_* flag encodings
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -24,6 +25,10 @@ namespace {
 
 std::atomic<uintptr_t> g_cursor{0};  // next free byte of the reservation
 int g_arena_flags = 0;               // MALLOCX_ARENA of the sampled arena; 0 until it exists
+// Its destructor runs as each thread that has an explicit tcache exits, however it was
+// created and however it ends. Without it, tcaches could not be given back: none are used.
+pthread_key_t g_thread_exit;
+bool g_tcaches = false;
 
 // jemalloc trims an automatic tcache as its thread allocates; an explicit one it never
 // trims. Replacing it every so many sampled operations hands what it caches back to the
@@ -37,6 +42,17 @@ void destroy_tcache(int flags) {
   d9_je_mallctl("tcache.destroy", nullptr, nullptr, &id, sizeof(id));
 }
 
+// At thread exit: gives the thread's explicit tcache back. Frees from destructors that run
+// later go past any tcache.
+void release_thread_cache(void*) {
+  ThreadState& t = tls_state;
+  t.exited = 1;
+  int flags = t.sampled_flags;
+  if (!flags) return;
+  t.sampled_flags = g_arena_flags | je::kTcacheNone;
+  destroy_tcache(flags);
+}
+
 // This thread's flags, creating its explicit tcache on first use.
 int thread_flags() {
   ThreadState& t = tls_state;
@@ -48,10 +64,11 @@ int thread_flags() {
   int tcache = je::kTcacheNone;
   unsigned id = 0;
   size_t len = sizeof(id);
-  if (!t.exited && d9_je_mallctl("tcache.create", &id, &len, nullptr, 0) == 0) {
+  if (g_tcaches && !t.exited && d9_je_mallctl("tcache.create", &id, &len, nullptr, 0) == 0) {
     tcache = je::tcache(id);
   }
-  t.sampled_flags = g_arena_flags | tcache;
+  t.sampled_flags = g_arena_flags | tcache;  // first: setspecific may allocate, and sample
+  if (tcache != je::kTcacheNone) pthread_setspecific(g_thread_exit, &g_thread_exit);
   return t.sampled_flags;
 }
 
@@ -169,6 +186,7 @@ bool init_sampled_heap(size_t reserve_bytes) {
     munmap(base, reserve_bytes);
     return false;
   }
+  g_tcaches = pthread_key_create(&g_thread_exit, release_thread_cache) == 0;
   g_arena_flags = je::arena(arena);
   return true;
 }
@@ -179,15 +197,6 @@ int sampled_heap_flags() {
 
 int sampled_free_flags() {
   return g_arena_flags ? thread_flags() & je::kTcacheBits : je::kTcacheNone;
-}
-
-void release_thread_cache() {
-  ThreadState& t = tls_state;
-  t.exited = 1;
-  int flags = t.sampled_flags;
-  if (!flags) return;
-  t.sampled_flags = g_arena_flags | je::kTcacheNone;  // frees from later destructors
-  destroy_tcache(flags);
 }
 
 }  // namespace d9::alloc

@@ -41,9 +41,8 @@ bool init_sampled_heap(size_t reserve_bytes);
 // thread's explicit tcache (created on first use), or MALLOCX_TCACHE_NONE if jemalloc has
 // no tcache left or the thread is exiting. 0 before init_sampled_heap succeeded.
 int sampled_heap_flags();
-// dallocx flags (a tcache) for freeing a block of the sampled arena on this thread.
+// dallocx flags (a tcache) for freeing a block of the sampled arena on this thread. A
+// thread's explicit tcache is destroyed as the thread exits.
 int sampled_free_flags();
-// Flushes and destroys this thread's explicit tcache; called as the thread exits.
-void release_thread_cache();
 
 }  // namespace d9::alloc

@@ -17,7 +17,6 @@
 
 #include "alloc/cpu_profiler.h"
 #include "alloc/jemalloc_api.h"
-#include "alloc/sampled_heap.h"
 #include "alloc/stack.h"
 #include "alloc/thread_state.h"
 #include "alloc/unwind.h"
@@ -285,10 +284,7 @@ CreateFn real_create() {
 class ThreadTimer {
  public:
   ThreadTimer() { arm_self(tls_cpu); }
-  ~ThreadTimer() {
-    thread_exiting();
-    alloc::release_thread_cache();  // not CPU work, but this is where threads end
-  }
+  ~ThreadTimer() { thread_exiting(); }
   ThreadTimer(const ThreadTimer&) = delete;
   ThreadTimer& operator=(const ThreadTimer&) = delete;
 };

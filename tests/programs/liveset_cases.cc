@@ -5,6 +5,10 @@
 //   cases            at D9_SAMPLE_RATE=1: address reuse, a failed realloc, an in-place
 //                    realloc and a free from another thread; prints "tid NAME TID" lines
 //   burst T N        T threads each allocate and free N blocks as fast as they can
+//   threads T        T short-lived threads, one after another, each allocating 20 blocks
+//                    and freeing 10 of them plus 10 left by the thread before it; then
+//                    prints "next_tcache ID", the id jemalloc gives a new explicit tcache
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +95,43 @@ static void* burst(void*) {
   return nullptr;
 }
 
+// Blocks handed from each thread to the next, so frees also happen on other threads.
+static void* g_passed[10];
+static void* short_lived(void*) {
+  void* mine[20];
+  for (int i = 0; i < 20; ++i) {
+    mine[i] = malloc(32 + 48 * i);
+    use(mine[i]);
+  }
+  for (int i = 0; i < 10; ++i) {
+    free(g_passed[i]);
+    free(mine[i]);
+    g_passed[i] = mine[10 + i];
+  }
+  return nullptr;
+}
+
+static void thread_churn(int threads) {
+  for (int i = 0; i < threads; ++i) {
+    pthread_t t;
+    if (pthread_create(&t, nullptr, short_lived, nullptr) != 0) abort();
+    pthread_join(t, nullptr);
+  }
+  for (void* p : g_passed) free(p);
+  // Explicit tcache ids are recycled when a tcache is destroyed: a small id shows that the
+  // exited threads' caches were given back (jemalloc has 4093).
+  using Mallctl = int (*)(const char*, void*, size_t*, void*, size_t);
+  auto mallctl = reinterpret_cast<Mallctl>(dlsym(RTLD_DEFAULT, "mallctl"));
+  unsigned id = 0;
+  size_t len = sizeof(id);
+  if (!mallctl || mallctl("tcache.create", &id, &len, nullptr, 0) != 0) {
+    printf("next_tcache none\n");
+    return;
+  }
+  printf("next_tcache %u\n", id);
+  mallctl("tcache.destroy", nullptr, nullptr, &id, sizeof(id));
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && !strcmp(argv[1], "leak")) {
     const uint64_t kLeakBlocks = 65536, kChurnBytes = 2ULL << 30;
@@ -112,6 +153,10 @@ int main(int argc, char** argv) {
     for (auto& t : ts) pthread_join(t, nullptr);
     return 0;
   }
-  fprintf(stderr, "usage: liveset_cases leak | cases | burst THREADS N\n");
+  if (argc >= 3 && !strcmp(argv[1], "threads")) {
+    thread_churn(atoi(argv[2]));
+    return 0;
+  }
+  fprintf(stderr, "usage: liveset_cases leak | cases | burst THREADS N | threads T\n");
   return 2;
 }
