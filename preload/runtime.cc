@@ -89,6 +89,12 @@ int start_process() {
   }
   parse_options(environ, &g_options);
   make_output_absolute();
+  // The executable's name, copied now: servers that set their process title (nginx,
+  // postgres, perl's $0) overwrite the argv memory it points into, and a fork child's
+  // writer would read a piece of the new title.
+  if (!g_options.service[0] && program_invocation_short_name) {
+    strncpy(g_options.service, program_invocation_short_name, sizeof(g_options.service) - 1);
+  }
   if (!g_options.enable || (g_options.sample_rate == 0 && g_options.cpu_hz == 0)) {
     g_state.store(kOff, std::memory_order_release);
     return kOff;
