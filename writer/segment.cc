@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,21 +28,82 @@ ClockPair read_clock_pair() {
           static_cast<uint64_t>(rt.tv_sec) * 1000000000ULL + static_cast<uint64_t>(rt.tv_nsec)};
 }
 
+namespace {
+
+// Lowest number for d9's descriptors: 1000, or 64 below a lower RLIMIT_NOFILE, so they
+// stay below FD_SETSIZE for programs that select() and leave the low numbers to the host.
+int fd_floor() {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= 1064) {
+    return 1000;
+  }
+  return rl.rlim_cur > 128 ? static_cast<int>(rl.rlim_cur) - 64 : 3;
+}
+
+// `fd` moved above the floor (kept where it is if that fails).
+int raise_fd(int fd) {
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, fd_floor());
+  if (high < 0) return fd;
+  ::close(fd);
+  return high;
+}
+
+}  // namespace
+
+bool OwnFd::open(const std::string& path, int flags, mode_t mode) {
+  close();
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) return false;
+  fd = raise_fd(fd);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int saved = errno;
+    ::close(fd);
+    errno = saved;
+    return false;
+  }
+  fd_ = fd;
+  dev_ = st.st_dev;
+  ino_ = st.st_ino;
+  path_ = path;
+  return true;
+}
+
+bool OwnFd::still_ours() const {
+  struct stat st;
+  return fstat(fd_, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
+}
+
+int OwnFd::get() {
+  if (fd_ < 0 || still_ours()) return fd_;
+  // The program closed our number (and may have reused it): never touch it again.
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+  if (fd_ < 0) return -1;
+  fd_ = raise_fd(fd_);
+  if (still_ours()) return fd_;  // the same file, not one planted under its name
+  ::close(fd_);
+  fd_ = -1;
+  return -1;
+}
+
+void OwnFd::close() {
+  if (fd_ >= 0 && still_ours()) ::close(fd_);
+  fd_ = -1;
+}
+
 Segment::~Segment() {
   close_fd();
 }
 
 void Segment::close_fd() {
-  if (fd_ >= 0) close(fd_);
-  fd_ = -1;
+  file_.close();
 }
 
 bool Segment::open(const std::string& dir, const std::string& stem, uint64_t index,
                    const StringMap& metadata) {
   sealed_path_ = dir + "/" + stem + "." + std::to_string(index) + ".bin";
   active_path_ = sealed_path_ + ".active";
-  fd_ = ::open(active_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd_ < 0) {
+  if (!file_.open(active_path_, O_WRONLY | O_CREAT | O_EXCL)) {
     error_ = "cannot create " + active_path_ + ": " + strerror(errno);
     return false;
   }
@@ -67,8 +130,13 @@ bool Segment::open(const std::string& dir, const std::string& stem, uint64_t ind
 }
 
 bool Segment::write_all(const uint8_t* data, size_t len) {
+  int fd = file_.get();
+  if (fd < 0 && len > 0) {
+    error_ = "write to " + active_path_ + " failed: the program closed d9's descriptor";
+    return false;
+  }
   while (len > 0) {
-    ssize_t n = ::write(fd_, data, len);
+    ssize_t n = ::write(fd, data, len);
     if (n < 0) {
       if (errno == EINTR) continue;
       error_ = "write to " + active_path_ + " failed: " + strerror(errno);
@@ -82,14 +150,14 @@ bool Segment::write_all(const uint8_t* data, size_t len) {
 }
 
 bool Segment::flush() {
-  if (fd_ < 0) return false;
+  if (!file_.is_open()) return false;
   bool ok = write_all(events_.bytes().data(), events_.size());
   events_.clear_bytes();
   return ok;
 }
 
 void Segment::discard() {
-  if (fd_ < 0) return;
+  if (!file_.is_open()) return;
   close_fd();
   unlink(active_path_.c_str());
 }
@@ -114,7 +182,7 @@ void Segment::write_symbols(SealTools& tools, bool symbolize) {
 }
 
 std::string Segment::seal(const SealOptions& options) {
-  if (fd_ < 0) return "";
+  if (!file_.is_open()) return "";
   if (!flush() || event_count_ == 0) {
     discard();
     return "";
@@ -146,16 +214,17 @@ std::string Segment::seal(const SealOptions& options) {
 }
 
 std::string Segment::compress(SealTools& tools, SealCompression how) {
-  int in = ::open(sealed_path_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (in < 0) return "";
   std::vector<uint8_t> raw;
-  uint8_t buf[1 << 16];
-  for (ssize_t n; (n = read(in, buf, sizeof(buf))) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    raw.insert(raw.end(), buf, buf + n);
+  {
+    OwnFd in;
+    if (!in.open(sealed_path_, O_RDONLY)) return "";
+    uint8_t buf[1 << 16];
+    for (ssize_t n; (n = read(in.get(), buf, sizeof(buf))) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return "";  // also a descriptor taken over mid-read (EBADF)
+      raw.insert(raw.end(), buf, buf + n);
+    }
   }
-  close(in);
   std::vector<uint8_t> packed;
   std::string why;
   if (!tools.compress(raw, how, &packed, &why)) {
@@ -166,8 +235,7 @@ std::string Segment::compress(SealTools& tools, SealCompression how) {
   std::string out = sealed_path_ + (how == SealCompression::kZstd ? ".zst" : ".gz");
   std::string tmp = out + ".tmp";
   // A failure here keeps the uncompressed segment: reported, but nothing is lost.
-  fd_ = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd_ < 0) {
+  if (!file_.open(tmp, O_WRONLY | O_CREAT | O_EXCL)) {
     compress_error_ = "cannot create " + tmp + ": " + strerror(errno);
     return "";
   }

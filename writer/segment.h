@@ -12,6 +12,8 @@
 // leaves a readable trace behind.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -20,6 +22,36 @@
 #include "writer/seal_tools.h"
 
 namespace d9 {
+
+// A file descriptor of d9's own, in a process whose code closes descriptors it does not own
+// (bash closes a pipe's end twice) and reuses the numbers. d9's descriptors sit above a
+// high floor, out of the way of the low numbers programs reuse, and each use first checks
+// that the number still names the file d9 opened, so d9 never writes to, reads from or
+// closes a descriptor the program has taken over.
+class OwnFd {
+ public:
+  OwnFd() = default;
+  ~OwnFd() { close(); }
+  OwnFd(const OwnFd&) = delete;
+  OwnFd& operator=(const OwnFd&) = delete;
+
+  // open(2) with O_CLOEXEC | O_NOFOLLOW added; false with errno set on failure.
+  bool open(const std::string& path, int flags, mode_t mode = 0600);
+  // The descriptor, once it is checked to still be ours; if the program took the number,
+  // the file is opened again (appending) under a new one. -1 if neither works.
+  int get();
+  bool is_open() const { return fd_ >= 0; }
+  // Closes the descriptor if it is still ours; forgets it either way.
+  void close();
+
+ private:
+  bool still_ours() const;
+
+  int fd_ = -1;
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
+  std::string path_;
+};
 
 class Segment {
  public:
@@ -55,7 +87,7 @@ class Segment {
   // Closes and deletes the active file (a failed write: the segment is dropped whole).
   void discard();
 
-  bool is_open() const { return fd_ >= 0; }
+  bool is_open() const { return file_.is_open(); }
   // Fork child: closes the inherited descriptor and forgets the file without touching it.
   void abandon() { close_fd(); }
   uint64_t bytes_written() const { return bytes_written_; }
@@ -74,7 +106,7 @@ class Segment {
   // Compresses the sealed file into a sibling; returns its path, or "" (file kept as is).
   std::string compress(SealTools& tools, SealCompression how);
 
-  int fd_ = -1;
+  OwnFd file_;  // the active file, then the compressed one being written
   Encoder events_;
   std::string active_path_;
   std::string sealed_path_;
