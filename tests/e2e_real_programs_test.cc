@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "tests/e2e_util.h"
@@ -63,9 +64,13 @@ class RealPrograms : public ::testing::Test {
   }
 
   // Runs argv without d9 and then with d9 (defaults, D9_OUTPUT under the test's
-  // directory) and expects the same exit code and byte-identical stdout.
-  void expect_same_run(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-                       const std::vector<std::string>& d9_env = {}) {
+  // directory) and expects the same exit code and the same stdout: byte-identical, or
+  // identical once `normalize` has taken out what legitimately varies between runs
+  // (timings, addresses). Returns the run with d9.
+  RunResult expect_same_run(const std::vector<std::string>& argv,
+                            const std::vector<std::string>& env,
+                            const std::vector<std::string>& d9_env = {},
+                            std::string (*normalize)(const std::string&) = nullptr) {
     RunResult plain = run(argv, env, /*preload=*/false);
     std::vector<std::string> traced_env = env;
     traced_env.push_back("D9_OUTPUT=" + traces_);
@@ -73,8 +78,13 @@ class RealPrograms : public ::testing::Test {
     RunResult traced = run(argv, traced_env, /*preload=*/true);
     EXPECT_EQ(plain.exit_code, 0) << argv[0] << " failed without d9:\n" << plain.err;
     EXPECT_EQ(traced.exit_code, plain.exit_code) << argv[0] << " with d9:\n" << traced.err;
-    EXPECT_EQ(traced.out, plain.out) << argv[0] << ": stdout differs with d9";
+    if (normalize) {
+      EXPECT_EQ(normalize(traced.out), normalize(plain.out)) << argv[0] << ": stdout differs";
+    } else {
+      EXPECT_EQ(traced.out, plain.out) << argv[0] << ": stdout differs with d9";
+    }
     EXPECT_EQ(traced.err.find("d9:"), std::string::npos) << traced.err;
+    return traced;
   }
 
   // Decodes every segment under traces_. Sealed segments must decode cleanly. With
@@ -365,6 +375,98 @@ TEST_F(RealPrograms, ForkExecChildrenLeaveNoUnsealedSegments) {
     EXPECT_TRUE(t.ok()) << seg << ": " << t.error;
   }
   EXPECT_EQ(unsealed, 0u);
+}
+
+// ---- every operator new/delete form -------------------------------------------------------
+
+// Drops the "site ..." lines, whose addresses change from run to run.
+std::string without_site_lines(const std::string& out) {
+  std::istringstream in(out);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("site ")) kept += line + "\n";
+  }
+  return kept;
+}
+
+struct FormLine {
+  std::string name;
+  uint64_t size = 0, align = 0, rounds = 0, leak = 0;
+};
+
+std::map<std::string, FormLine> parse_forms(const std::string& out) {
+  std::map<std::string, FormLine> forms;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string word;
+    FormLine f;
+    if (words >> word && word == "form" &&
+        words >> f.name >> f.size >> f.align >> f.rounds >> f.leak) {
+      forms[f.name] = f;
+    }
+  }
+  return forms;
+}
+
+// tests/programs/new_delete_forms: the 8 operator new and 12 operator delete forms, each
+// pair at a site of its own, plus new/delete expressions. With every allocation sampled,
+// each site has exactly ROUNDS AllocEvents of its size (aligned as asked), ROUNDS - LEAK of
+// them paired with a FreeEvent through whichever delete form freed them, and the LEAK
+// blocks never freed in the live set written at exit.
+TEST_F(RealPrograms, EveryNewDeleteForm) {
+  const int kRounds = 400, kLeak = 7;
+  RunResult r =
+      expect_same_run({program("new_delete_forms"), std::to_string(kRounds), std::to_string(kLeak)},
+                      {}, {"D9_SAMPLE_RATE=1", "D9_RING_SLOTS=65536"}, without_site_lines);
+  std::map<std::string, FormLine> forms = parse_forms(r.out);
+  std::vector<Site> sites = parse_sites(r.out);
+  ASSERT_EQ(forms.size(), 15u) << r.out;
+  ASSERT_EQ(sites.size(), forms.size()) << r.out;
+  EXPECT_NE(r.out.find("checksum "), std::string::npos) << r.out;
+
+  std::vector<std::string> segs = find_segments(traces_);
+  ASSERT_EQ(segs.size(), 1u);
+  EXPECT_TRUE(segs[0].ends_with(".bin.zst")) << segs[0];
+  TraceWithLiveset d = load_with_liveset(segs[0]);
+  EXPECT_EQ(d.trace.overflows.size(), 0u) << "samples were dropped";
+  expect_exact_pairing(d);
+
+  // Every sampled allocation at a site, by (addr, ts), as frees and live entries refer to it.
+  struct PerSite {
+    uint64_t allocs = 0, wrong_size = 0, misaligned = 0, frees = 0, live = 0;
+  };
+  std::map<std::string, PerSite> per_site;
+  std::map<std::pair<uint64_t, uint64_t>, std::string> site_of_alloc;
+  for (const decode::AllocEvent& a : d.trace.allocs) {
+    auto stack = d.trace.stack(a.stack);
+    const Site* s = stack.empty() ? nullptr : site_of(sites, stack[0]);
+    if (!s) continue;
+    const FormLine& f = forms[s->name];
+    PerSite& p = per_site[s->name];
+    ++p.allocs;
+    p.wrong_size += a.size != f.size;
+    p.misaligned += a.addr % f.align != 0;
+    site_of_alloc[{a.addr, a.ts}] = s->name;
+  }
+  for (const decode::FreeEvent& f : d.trace.frees) {
+    auto it = site_of_alloc.find({f.addr, f.alloc_ts});
+    if (it != site_of_alloc.end()) ++per_site[it->second].frees;
+  }
+  for (const LiveAllocation& l : d.live) {
+    auto it = site_of_alloc.find({l.addr, l.alloc_ts});
+    if (it != site_of_alloc.end()) ++per_site[it->second].live;
+  }
+  for (const auto& [name, f] : forms) {
+    SCOPED_TRACE(name);
+    const PerSite& p = per_site[name];
+    EXPECT_EQ(p.allocs, f.rounds);
+    EXPECT_EQ(p.wrong_size, 0u) << "expected " << f.size << " bytes";
+    EXPECT_EQ(p.misaligned, 0u) << "expected " << f.align << "-byte alignment";
+    EXPECT_EQ(p.frees, f.rounds - f.leak);
+    EXPECT_EQ(p.live, f.leak);
+  }
 }
 
 }  // namespace
