@@ -10,10 +10,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "tests/e2e_util.h"
@@ -66,20 +69,28 @@ class RealPrograms : public ::testing::Test {
   // Runs argv without d9 and then with d9 (defaults, D9_OUTPUT under the test's
   // directory) and expects the same exit code and the same stdout: byte-identical, or
   // identical once `normalize` has taken out what legitimately varies between runs
-  // (timings, addresses). Returns the run with d9.
+  // (timings, addresses). "{run}" in an argument becomes "plain" or "d9", for output
+  // files of each run's own; `normalize` gets the same word. Returns the run with d9.
+  using Normalize = std::function<std::string(const std::string& out, const std::string& run)>;
   RunResult expect_same_run(const std::vector<std::string>& argv,
                             const std::vector<std::string>& env,
                             const std::vector<std::string>& d9_env = {},
-                            std::string (*normalize)(const std::string&) = nullptr) {
-    RunResult plain = run(argv, env, /*preload=*/false);
+                            const Normalize& normalize = nullptr) {
+    auto argv_for = [&](const std::string& which) {
+      std::vector<std::string> out;
+      for (const std::string& a : argv) out.push_back(replace_all(a, "{run}", which));
+      return out;
+    };
+    RunResult plain = run(argv_for("plain"), env, /*preload=*/false);
     std::vector<std::string> traced_env = env;
     traced_env.push_back("D9_OUTPUT=" + traces_);
     traced_env.insert(traced_env.end(), d9_env.begin(), d9_env.end());
-    RunResult traced = run(argv, traced_env, /*preload=*/true);
+    RunResult traced = run(argv_for("d9"), traced_env, /*preload=*/true);
     EXPECT_EQ(plain.exit_code, 0) << argv[0] << " failed without d9:\n" << plain.err;
     EXPECT_EQ(traced.exit_code, plain.exit_code) << argv[0] << " with d9:\n" << traced.err;
     if (normalize) {
-      EXPECT_EQ(normalize(traced.out), normalize(plain.out)) << argv[0] << ": stdout differs";
+      EXPECT_EQ(normalize(traced.out, "d9"), normalize(plain.out, "plain"))
+          << argv[0] << ": stdout differs with d9";
     } else {
       EXPECT_EQ(traced.out, plain.out) << argv[0] << ": stdout differs with d9";
     }
@@ -185,6 +196,86 @@ TEST_F(RealPrograms, PythonEveryObjectSampled) {
   Decoded d = decode_all();
   EXPECT_EQ(d.processes, 1u);
   EXPECT_GE(d.allocs, 100000u) << "python3 with every allocation sampled";
+  EXPECT_GE(d.allocs_with_stack, d.allocs * 9 / 10);
+}
+
+// A slice of CPython's own regression tests (Debian's libpython3.11-testsuite), run by its
+// own runner (`python3 -m test`), in one process: fast, deterministic, allocation-heavy
+// modules. scripts/real_programs.sh runs a larger slice.
+constexpr const char* kRegrtestSlice[] = {"test_dict",  "test_list",       "test_set",
+                                          "test_json",  "test_re",         "test_unicode",
+                                          "test_bytes", "test_collections"};
+
+// regrtest's stdout without what changes from run to run: the elapsed time and load average
+// before each progress line, durations, the temporary working directory.
+std::string regrtest_stdout(const std::string& out) {
+  static const std::regex progress("^[0-9]+:[0-9]{2}:[0-9]{2} (load avg: [0-9.]+ )?");
+  static const std::regex duration("[0-9]+(\\.[0-9]+)? ?(ms|sec|min)\\b");
+  std::istringstream in(out);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    if (line.starts_with("== cwd:") || line.starts_with("Total duration:")) continue;
+    line = std::regex_replace(line, progress, "");
+    kept += std::regex_replace(line, duration, "<time>") + "\n";
+  }
+  return kept;
+}
+
+// Each test case's outcome from regrtest's JUnit XML (`--junit-xml`), one "name outcome"
+// line each, sorted: ok, skipped, failure or error.
+std::string junit_outcomes(const std::string& xml) {
+  std::vector<std::string> lines;
+  for (size_t at = xml.find("<testcase "); at != std::string::npos;
+       at = xml.find("<testcase ", at + 1)) {
+    size_t name = xml.find("name=\"", at);
+    size_t tag_end = xml.find('>', at);
+    if (name == std::string::npos || tag_end == std::string::npos || name > tag_end) break;
+    name += 6;
+    std::string id = xml.substr(name, xml.find('"', name) - name);
+    std::string outcome = "ok";
+    if (xml[tag_end - 1] != '/') {  // <testcase ...>children</testcase>
+      std::string body = xml.substr(tag_end, xml.find("</testcase>", tag_end) - tag_end);
+      for (const char* o : {"skipped", "failure", "error"}) {
+        if (body.find(std::string("<") + o) != std::string::npos) outcome = o;
+      }
+    }
+    lines.push_back(id + " " + outcome);
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
+}
+
+TEST_F(RealPrograms, PythonRegressionTests) {
+  REQUIRE_PROGRAM(kPython);
+  std::vector<std::string> env = {"PYTHONDONTWRITEBYTECODE=1", "PYTHONHASHSEED=0", "HOME=" + dir_,
+                                  "TMPDIR=" + dir_, "LC_ALL=C.UTF-8"};
+  RunResult probe =
+      run({kPython, "-c", "import test.libregrtest, test.test_dict"}, env, /*preload=*/false);
+  if (probe.exit_code != 0) {
+    GTEST_SKIP() << "CPython's test suite is not installed (Debian: libpython3.11-testsuite)";
+  }
+  std::vector<std::string> argv = {kPython, "-m", "test", "--junit-xml", dir_ + "/{run}.xml"};
+  argv.insert(argv.end(), std::begin(kRegrtestSlice), std::end(kRegrtestSlice));
+  std::map<std::string, std::string> outcomes;  // by run
+  RunResult r = expect_same_run(argv, env, {}, [&](const std::string& out, const std::string& run) {
+    std::ifstream in(dir_ + "/" + run + ".xml");
+    std::string xml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    outcomes[run] = junit_outcomes(xml);
+    return regrtest_stdout(out) + outcomes[run];
+  });
+  EXPECT_NE(r.out.find("Tests result: SUCCESS"), std::string::npos) << r.out;
+  // Hundreds of test cases ran and passed (or were skipped) in both runs.
+  size_t cases =
+      static_cast<size_t>(std::count(outcomes["d9"].begin(), outcomes["d9"].end(), '\n'));
+  EXPECT_GE(cases, 1000u);
+  EXPECT_EQ(outcomes["d9"].find(" failure\n"), std::string::npos);
+  EXPECT_EQ(outcomes["d9"].find(" error\n"), std::string::npos);
+  // test_json runs `python -m json.tool` in children: they are profiled too.
+  Decoded d = decode_all();
+  EXPECT_GE(d.processes, 2u);
+  EXPECT_GE(d.allocs, 300u) << "the regression tests at the default rate";
   EXPECT_GE(d.allocs_with_stack, d.allocs * 9 / 10);
 }
 
@@ -380,7 +471,7 @@ TEST_F(RealPrograms, ForkExecChildrenLeaveNoUnsealedSegments) {
 // ---- every operator new/delete form -------------------------------------------------------
 
 // Drops the "site ..." lines, whose addresses change from run to run.
-std::string without_site_lines(const std::string& out) {
+std::string without_site_lines(const std::string& out, const std::string& /*run*/) {
   std::istringstream in(out);
   std::string line, kept;
   while (std::getline(in, line)) {
