@@ -8,16 +8,22 @@
 // program missing on the machine skips its test; CI installs them in its setup script.
 // scripts/real_programs.sh runs the same programs longer, for local soak runs.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "tests/e2e_util.h"
 
@@ -46,13 +52,19 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
-// Totals over every segment found under a directory.
+// Totals over every segment found under a directory, and per process.
 struct Decoded {
   size_t segments = 0;
   size_t processes = 0;
   size_t active = 0;  // segments left unsealed
   uint64_t allocs = 0;
   uint64_t allocs_with_stack = 0;
+  struct Process {
+    size_t segments = 0, active = 0;
+    uint64_t allocs = 0, cpu_samples = 0;
+    std::string service;  // from the metadata
+  };
+  std::map<long, Process> by_pid;  // from the directory names, {boot_id} = xxxx-{pid}
 };
 
 class RealPrograms : public ::testing::Test {
@@ -108,15 +120,22 @@ class RealPrograms : public ::testing::Test {
     d.processes = list_dirs(traces_).size();
     for (const std::string& seg : find_segments(traces_)) {
       ++d.segments;
+      std::string boot_id = fs::path(seg).parent_path().filename().string();
+      Decoded::Process& p = d.by_pid[boot_id.size() > 5 ? std::atol(boot_id.c_str() + 5) : 0];
+      ++p.segments;
       decode::Trace t = decode::LoadTrace(seg);
       if (seg.ends_with(".active")) {
         ++d.active;
+        ++p.active;
         EXPECT_TRUE(allow_unsealed) << "left unsealed: " << seg;
         if (allow_unsealed) continue;
       }
       EXPECT_TRUE(t.ok()) << seg << ": " << t.error;
       EXPECT_EQ(t.unresolved_refs, 0u) << seg;
       EXPECT_EQ(t.metadata.count("memory.sample_rate_bytes"), 1u) << seg;
+      p.service = t.metadata["service"];
+      p.allocs += t.allocs.size();
+      p.cpu_samples += t.cpu_samples.size();
       d.allocs += t.allocs.size();
       for (const auto& a : t.allocs) {
         if (!t.stack(a.stack).empty()) ++d.allocs_with_stack;
@@ -466,6 +485,227 @@ TEST_F(RealPrograms, ForkExecChildrenLeaveNoUnsealedSegments) {
     EXPECT_TRUE(t.ok()) << seg << ": " << t.error;
   }
   EXPECT_EQ(unsealed, 0u);
+}
+
+// ---- redis-server under redis-benchmark -------------------------------------------------
+
+constexpr char kRedisServer[] = "/usr/bin/redis-server";
+constexpr char kRedisCli[] = "/usr/bin/redis-cli";
+constexpr char kRedisBenchmark[] = "/usr/bin/redis-benchmark";
+constexpr char kRedisCheckRdb[] = "/usr/bin/redis-check-rdb";
+
+// A deterministic data set: strings, lists, hashes, a sorted set and sets.
+constexpr char kRedisLoad[] = R"lua(
+for i = 1, tonumber(ARGV[1]) do
+  redis.call('SET', 'key:' .. i, string.rep('v', i % 200))
+  redis.call('RPUSH', 'list:' .. (i % 10), i)
+  redis.call('HSET', 'hash:' .. (i % 50), 'f' .. i, i * 3)
+  redis.call('ZADD', 'zset', i % 977, 'm' .. i)
+  redis.call('SADD', 'set:' .. (i % 7), i % 1000)
+end
+return redis.call('DBSIZE')
+)lua";
+
+// The sum of every INCR the benchmark made: exactly its request count, whatever the keys.
+constexpr char kRedisCounters[] = R"lua(
+local sum = 0
+for _, k in ipairs(redis.call('KEYS', 'counter:*')) do sum = sum + tonumber(redis.call('GET', k)) end
+return sum
+)lua";
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// "field:value" of an INFO reply; -1 if absent.
+double info_field(const std::string& info, const std::string& field) {
+  size_t at = info.find("\n" + field + ":");
+  if (at == std::string::npos) return -1;
+  return std::atof(info.c_str() + at + field.size() + 2);
+}
+
+// redis-benchmark --csv: "TEST","RPS",... -> rps by test.
+std::map<std::string, double> benchmark_rps(const std::string& csv) {
+  std::map<std::string, double> rps;
+  std::istringstream in(csv);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() < 2 || line[0] != '"' || line.starts_with("\"test\"")) continue;
+    size_t name_end = line.find("\",\"");
+    if (name_end == std::string::npos) continue;
+    rps[line.substr(1, name_end - 1)] = std::atof(line.c_str() + name_end + 3);
+  }
+  return rps;
+}
+
+struct RedisSession {
+  std::string transcript;  // what must be the same with and without d9
+  std::map<std::string, double> rps;
+  pid_t server = -1, restarted = -1;
+};
+
+class RealProgramsRedis : public RealPrograms {
+ protected:
+  // redis-cli against the server on `port` (never preloaded: d9 profiles the server). An
+  // error reply, which redis-cli prints without failing, fails the test unless `may_fail`.
+  std::string cli(int port, const std::vector<std::string>& args, bool may_fail = false) {
+    std::vector<std::string> argv = {kRedisCli, "-p", std::to_string(port)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult r = run(argv, {}, /*preload=*/false);
+    if (!may_fail) {
+      EXPECT_EQ(r.exit_code, 0) << "redis-cli " << args[0] << ": " << r.err;
+      static const std::regex error_reply("^[A-Z]+ .*\n$");
+      EXPECT_FALSE(r.out.starts_with("ERR") ||
+                   (r.out.find('\n') == r.out.size() - 1 && std::regex_match(r.out, error_reply)))
+          << "redis-cli " << args[0] << ": " << r.out;
+    }
+    return r.out;
+  }
+
+  // Starts redis-server in `root` (preloaded or not) on a free port; returns the port, or
+  // -1 on failure. The server is killed when `server` is reset or goes out of scope.
+  int start(std::unique_ptr<Spawned>* server, const std::string& root, bool preload) {
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      int port = free_tcp_port();
+      std::vector<std::string> env;
+      if (preload) env.push_back("D9_OUTPUT=" + traces_);
+      server->reset(new Spawned({kRedisServer, "--port", std::to_string(port), "--bind",
+                                 "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", root,
+                                 "--daemonize", "no", "--enable-debug-command", "local"},
+                                env, preload, root + "/server.log"));
+      if ((*server)->pid() > 0 && wait_for_port(port, 15000)) return port;
+      (*server)->stop(SIGKILL, 5000);  // the port was taken in between: try another
+    }
+    ADD_FAILURE() << "redis-server did not start:\n" << read_text(root + "/server.log");
+    return -1;
+  }
+
+  // Loads the data set, benchmarks, saves in the background (fork), checks the RDB file,
+  // shuts down, restarts on the file and checks the data came back.
+  RedisSession session(const std::string& root, bool preload, int requests) {
+    RedisSession s;
+    fs::create_directories(root);
+    std::unique_ptr<Spawned> server;
+    int port = start(&server, root, preload);
+    if (port < 0) return s;
+    s.server = server->pid();
+    auto note = [&](const std::string& what, const std::string& out) {
+      s.transcript += "$ " + what + "\n" + out;
+    };
+    note("load", cli(port, {"EVAL", kRedisLoad, "0", "20000"}));
+    for (std::vector<std::string> q :
+         std::vector<std::vector<std::string>>{{"DBSIZE"},
+                                               {"STRLEN", "key:12345"},
+                                               {"LLEN", "list:3"},
+                                               {"LRANGE", "list:3", "0", "4"},
+                                               {"HGET", "hash:7", "f7"},
+                                               {"HLEN", "hash:7"},
+                                               {"ZCARD", "zset"},
+                                               {"ZRANGE", "zset", "0", "4", "WITHSCORES"},
+                                               {"SCARD", "set:3"},
+                                               {"DEBUG", "DIGEST"}}) {
+      note(q[0] + (q.size() > 1 ? " " + q[1] : ""), cli(port, q));
+    }
+
+    RunResult bench = run({kRedisBenchmark, "-p", std::to_string(port), "-n",
+                           std::to_string(requests), "-c", "20", "-r", "10000", "-d", "64", "-t",
+                           "set,get,incr,lpush,rpop,sadd,hset,spop,zadd,lrange_100", "--csv"},
+                          {}, /*preload=*/false);
+    EXPECT_EQ(bench.exit_code, 0) << bench.err;
+    EXPECT_EQ(bench.err, "");
+    s.rps = benchmark_rps(bench.out);
+    EXPECT_EQ(s.rps.size(), 11u) << bench.out;
+    for (const auto& [test, rps] : s.rps) EXPECT_GT(rps, 0) << test;
+    // Each INCR counted once, every LPUSH of the LRANGE set-up still in the list.
+    note("counters", cli(port, {"EVAL", kRedisCounters, "0"}));
+    note("llen mylist", cli(port, {"LLEN", "mylist"}));
+
+    std::string info = cli(port, {"INFO", "all"});
+    EXPECT_EQ(info_field(info, "total_error_replies"), 0) << info;
+    EXPECT_EQ(info_field(info, "rejected_connections"), 0);
+    EXPECT_GE(info_field(info, "total_commands_processed"), 11.0 * requests);
+    EXPECT_GT(info_field(info, "used_memory"), 1e6);
+    // From mallctl("stats.allocated"): under d9, d9's own jemalloc answers.
+    EXPECT_GT(info_field(info, "allocator_allocated"), 1e6) << info;
+    std::string digest = cli(port, {"DEBUG", "DIGEST"});
+    EXPECT_TRUE(std::regex_match(digest, std::regex("[0-9a-f]{40}\n")) &&
+                digest != std::string(40, '0') + "\n")
+        << digest;
+    std::string dbsize = cli(port, {"DBSIZE"});
+
+    // BGSAVE forks a child that writes the file and leaves with _exit().
+    EXPECT_NE(cli(port, {"BGSAVE"}).find("Background saving started"), std::string::npos);
+    for (int i = 0; i < 600; ++i) {
+      info = cli(port, {"INFO", "persistence"});
+      if (info_field(info, "rdb_bgsave_in_progress") == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_NE(info.find("rdb_last_bgsave_status:ok"), std::string::npos) << info;
+    RunResult check = run({kRedisCheckRdb, root + "/dump.rdb"}, {}, /*preload=*/false);
+    EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+    EXPECT_NE(check.out.find("RDB looks OK"), std::string::npos) << check.out;
+
+    cli(port, {"SHUTDOWN", "NOSAVE"});
+    EXPECT_EQ(server->wait(30000), 0) << read_text(root + "/server.log");
+
+    // The saved file loads back into a server (preloaded or not, as the first one).
+    port = start(&server, root, preload);
+    if (port < 0) return s;
+    s.restarted = server->pid();
+    for (int i = 0; i < 600 && cli(port, {"PING"}, /*may_fail=*/true) != "PONG\n"; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // still loading
+    }
+    EXPECT_EQ(cli(port, {"DBSIZE"}), dbsize);
+    EXPECT_EQ(cli(port, {"DEBUG", "DIGEST"}), digest) << "the data set came back different";
+    cli(port, {"SHUTDOWN", "NOSAVE"});
+    EXPECT_EQ(server->wait(30000), 0) << read_text(root + "/server.log");
+    return s;
+  }
+};
+
+// redis-server with and without d9 (defaults), each driven by redis-benchmark on loopback:
+// the same deterministic data set, exact INCR and LPUSH totals, no error replies, a sane
+// INFO (allocator statistics through d9's mallctl), a BGSAVE whose RDB file checks out and
+// loads back with the same digest. The throughput ratio is printed and only loosely bounded
+// (CI machines are noisy; scripts/real_programs.sh measures it properly).
+TEST_F(RealProgramsRedis, BenchmarkSaveAndReload) {
+  for (const char* p : {kRedisServer, kRedisCli, kRedisBenchmark, kRedisCheckRdb}) {
+    REQUIRE_PROGRAM(p);
+  }
+  const int kRequests = 20000;
+  RedisSession plain = session(dir_ + "/plain", false, kRequests);
+  RedisSession traced = session(dir_ + "/d9", true, kRequests);
+  EXPECT_EQ(traced.transcript, plain.transcript);
+  EXPECT_NE(plain.transcript.find("$ counters\n" + std::to_string(kRequests) + "\n"),
+            std::string::npos)
+      << plain.transcript;
+  double log_sum = 0;
+  int n = 0;
+  for (const auto& [test, rps] : plain.rps) {
+    auto it = traced.rps.find(test);
+    if (it == traced.rps.end() || rps <= 0 || it->second <= 0) continue;
+    log_sum += std::log(it->second / rps);
+    ++n;
+  }
+  ASSERT_GT(n, 0);
+  double ratio = std::exp(log_sum / n);
+  std::printf("redis-benchmark throughput with d9 / without: %.3f (geometric mean of %d tests)\n",
+              ratio, n);
+  EXPECT_GT(ratio, 0.5) << "far beyond CI noise";
+
+  // Server, BGSAVE child and restarted server: the servers shut down cleanly and sealed;
+  // the child leaves with _exit(), which cannot seal (its segment only has to load).
+  Decoded d = decode_all(/*allow_unsealed=*/true);
+  ASSERT_EQ(d.by_pid.count(traced.server), 1u) << "no segments from the server";
+  const Decoded::Process& server = d.by_pid[traced.server];
+  EXPECT_EQ(server.active, 0u);
+  EXPECT_EQ(server.service, "redis-server");
+  EXPECT_GE(server.allocs, 50u) << "the benchmarked server at the default rate";
+  EXPECT_GT(server.cpu_samples, 0u);
+  ASSERT_EQ(d.by_pid.count(traced.restarted), 1u) << "no segments from the restarted server";
+  EXPECT_EQ(d.by_pid[traced.restarted].active, 0u);
+  EXPECT_LE(d.processes, 3u);
 }
 
 // ---- every operator new/delete form -------------------------------------------------------
