@@ -7,8 +7,11 @@
 // The programs are the distribution's own (/usr/bin/python3, not a pyenv shim). A
 // program missing on the machine skips its test; CI installs them in its setup script.
 // scripts/real_programs.sh runs the same programs longer, for local soak runs.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -706,6 +709,225 @@ TEST_F(RealProgramsRedis, BenchmarkSaveAndReload) {
   ASSERT_EQ(d.by_pid.count(traced.restarted), 1u) << "no segments from the restarted server";
   EXPECT_EQ(d.by_pid[traced.restarted].active, 0u);
   EXPECT_LE(d.processes, 3u);
+}
+
+// ---- nginx under wrk -------------------------------------------------------------------
+
+constexpr char kNginx[] = "/usr/sbin/nginx";
+constexpr char kWrk[] = "/usr/bin/wrk";
+
+struct HttpResponse {
+  int status = 0;
+  std::string headers;
+  std::string body;
+};
+
+// One HTTP/1.0 GET on 127.0.0.1:port; the body runs to the end of the connection.
+HttpResponse http_get(int port, const std::string& path, const std::string& extra_headers = "") {
+  HttpResponse r;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) close(fd);
+    return r;
+  }
+  timeval timeout{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n" + extra_headers + "\r\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return r;
+  }
+  std::string raw;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) raw.append(buf, static_cast<size_t>(n));
+  close(fd);
+  size_t end = raw.find("\r\n\r\n");
+  if (end == std::string::npos || !raw.starts_with("HTTP/1.")) return r;
+  r.status = std::atoi(raw.c_str() + raw.find(' ') + 1);
+  r.headers = raw.substr(0, end);
+  r.body = raw.substr(end + 4);
+  return r;
+}
+
+// Deterministic content: text that compresses, and bytes that do not.
+std::string text_page() {
+  std::string s;
+  for (int i = 0; s.size() < 48 * 1024; ++i) {
+    s += "line " + std::to_string(i) + ": the quick brown fox " + std::to_string(i * 7919 % 1000) +
+         " jumps over the lazy dog\n";
+  }
+  return s;
+}
+std::string binary_blob() {
+  std::string s(192 * 1024, '\0');
+  uint64_t x = 88172645463325252ULL;
+  for (char& c : s) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    c = static_cast<char>(x);
+  }
+  return s;
+}
+
+// Requests alternate between the gzip'd page and the blob.
+constexpr char kWrkScript[] = R"lua(
+local n = 0
+request = function()
+  n = n + 1
+  if n % 2 == 0 then return wrk.format("GET", "/blob.bin") end
+  return wrk.format("GET", "/page.txt", {["Accept-Encoding"] = "gzip"})
+end
+)lua";
+
+struct NginxSession {
+  std::string gzip_body;             // /page.txt as served gzip'd: the same with and without d9
+  double requests_per_s = 0;         // from wrk
+  uint64_t wrk_requests = 0;         // completed, from wrk
+  uint64_t logged = 0, non_200 = 0;  // from the access log
+  pid_t master = -1;
+  std::vector<pid_t> workers;
+};
+
+class RealProgramsNginx : public RealPrograms {
+ protected:
+  // nginx in `root` as a non-daemon master with 2 workers, on a free port: checks what it
+  // serves, puts it under wrk for `seconds`, then stops it gracefully (SIGQUIT).
+  NginxSession session(const std::string& root, bool preload, int seconds) {
+    NginxSession s;
+    fs::create_directories(root + "/www");
+    const std::string page = text_page(), blob = binary_blob();
+    std::ofstream(root + "/www/page.txt", std::ios::binary) << page;
+    std::ofstream(root + "/www/blob.bin", std::ios::binary) << blob;
+    std::ofstream(root + "/requests.lua") << kWrkScript;
+    int port = free_tcp_port();
+    // Workers run as the test's own user: as root nginx would switch them to `nobody`,
+    // which can neither read this directory nor write d9's output under it. nginx keeps
+    // only the variables named by `env` for the processes it execs (binary upgrade); the
+    // workers are forked and keep d9 as the master loaded it.
+    std::ofstream(root + "/nginx.conf")
+        << (geteuid() == 0 ? "user root root;\n" : "")
+        << "daemon off;\n"
+           "master_process on;\n"
+           "worker_processes 2;\n"
+           "pid "
+        << root << "/nginx.pid;\n"
+        << "error_log " << root << "/error.log notice;\n"
+        << "env LD_PRELOAD;\nenv D9_OUTPUT;\nenv D9_SAMPLE_RATE;\n"
+           "events { worker_connections 1024; }\n"
+           "http {\n"
+           "  types { text/plain txt; }\n"
+           "  default_type application/octet-stream;\n"
+           "  log_format brief '$status $body_bytes_sent';\n"
+           "  access_log "
+        << root << "/access.log brief buffer=64k flush=1s;\n"
+        << "  gzip on;\n  gzip_types text/plain;\n  gzip_http_version 1.0;\n"
+           "  client_body_temp_path "
+        << root << "/tmp_body;\n  proxy_temp_path " << root << "/tmp_proxy;\n  fastcgi_temp_path "
+        << root << "/tmp_fastcgi;\n  uwsgi_temp_path " << root << "/tmp_uwsgi;\n  scgi_temp_path "
+        << root << "/tmp_scgi;\n  server {\n    listen 127.0.0.1:" << port << ";\n    root " << root
+        << "/www;\n  }\n}\n";
+    std::vector<std::string> env;
+    if (preload) env.push_back("D9_OUTPUT=" + traces_);
+    Spawned master({kNginx, "-p", root, "-c", root + "/nginx.conf", "-e", root + "/error.log"}, env,
+                   preload, root + "/nginx.out");
+    s.master = master.pid();
+    // Whatever happens below, no worker outlives the test.
+    struct KillWorkers {
+      NginxSession* s;
+      ~KillWorkers() {
+        for (pid_t w : s->workers) kill(w, SIGKILL);
+      }
+    } kill_workers{&s};
+    if (!wait_for_port(port, 15000)) {
+      ADD_FAILURE() << "nginx did not start:\n" << read_text(root + "/error.log");
+      return s;
+    }
+    for (int i = 0; i < 500 && s.workers.size() < 2; ++i) {
+      s.workers = children_of(master.pid());
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(s.workers.size(), 2u) << "worker processes";
+
+    HttpResponse text = http_get(port, "/page.txt");
+    EXPECT_EQ(text.status, 200) << text.headers;
+    EXPECT_TRUE(text.body == page) << "/page.txt: " << text.body.size() << " bytes served";
+    HttpResponse bin = http_get(port, "/blob.bin", "Accept-Encoding: gzip\r\n");
+    EXPECT_EQ(bin.status, 200) << bin.headers;
+    EXPECT_TRUE(bin.body == blob) << "/blob.bin: " << bin.body.size() << " bytes served";
+    HttpResponse gz = http_get(port, "/page.txt", "Accept-Encoding: gzip\r\n");
+    EXPECT_EQ(gz.status, 200) << gz.headers;
+    EXPECT_NE(gz.headers.find("Content-Encoding: gzip"), std::string::npos) << gz.headers;
+    EXPECT_TRUE(gz.body.starts_with("\x1f\x8b")) << "not gzip";
+    EXPECT_LT(gz.body.size(), page.size() / 3);
+    s.gzip_body = gz.body;
+
+    RunResult wrk = run({kWrk, "-t1", "-c16", "-d" + std::to_string(seconds) + "s", "-s",
+                         root + "/requests.lua", "http://127.0.0.1:" + std::to_string(port) + "/"},
+                        {}, /*preload=*/false);
+    EXPECT_EQ(wrk.exit_code, 0) << wrk.out << wrk.err;
+    EXPECT_EQ(wrk.out.find("Non-2xx"), std::string::npos) << wrk.out;
+    EXPECT_EQ(wrk.out.find("Socket errors"), std::string::npos) << wrk.out;
+    size_t at = wrk.out.find("Requests/sec:");
+    if (at != std::string::npos) s.requests_per_s = std::atof(wrk.out.c_str() + at + 13);
+    std::smatch m;
+    if (std::regex_search(wrk.out, m, std::regex("([0-9]+) requests in"))) {
+      s.wrk_requests = std::stoull(m[1]);
+    }
+    EXPECT_GT(s.wrk_requests, 100u) << wrk.out;
+
+    EXPECT_EQ(master.stop(SIGQUIT, 30000), 0) << read_text(root + "/error.log");
+    for (pid_t w : s.workers) EXPECT_NE(kill(w, 0), 0) << "worker " << w << " still running";
+    std::istringstream log(read_text(root + "/access.log"));
+    int status = 0;
+    uint64_t bytes = 0;
+    while (log >> status >> bytes) {
+      ++s.logged;
+      s.non_200 += status != 200;
+    }
+    EXPECT_GE(s.logged, s.wrk_requests + 3);
+    EXPECT_EQ(s.non_200, 0u);
+    std::string errors = read_text(root + "/error.log");
+    EXPECT_EQ(errors.find("[alert]"), std::string::npos) << errors;
+    EXPECT_EQ(errors.find("[crit]"), std::string::npos) << errors;
+    EXPECT_EQ(errors.find("d9:"), std::string::npos) << errors;
+    return s;
+  }
+};
+
+// nginx with and without d9 (defaults), master and workers preloaded, serving static files
+// to wrk on loopback: the same bytes (plain and gzip'd), no non-2xx response, no socket
+// error, every request logged 200; the workers' segments exist, are sealed at the graceful
+// stop and hold the requests' allocations. Requests/s are printed and loosely bounded.
+TEST_F(RealProgramsNginx, StaticFilesUnderWrk) {
+  REQUIRE_PROGRAM(kNginx);
+  REQUIRE_PROGRAM(kWrk);
+  NginxSession plain = session(dir_ + "/plain", false, 3);
+  NginxSession traced = session(dir_ + "/d9", true, 3);
+  EXPECT_TRUE(traced.gzip_body == plain.gzip_body) << "gzip'd page differs with d9";
+  ASSERT_GT(plain.requests_per_s, 0);
+  double ratio = traced.requests_per_s / plain.requests_per_s;
+  std::printf("nginx requests/s: %.0f without d9, %.0f with d9 (ratio %.3f)\n",
+              plain.requests_per_s, traced.requests_per_s, ratio);
+  EXPECT_GT(ratio, 0.5) << "far beyond CI noise";
+
+  Decoded d = decode_all();  // graceful stop: everything sealed
+  // (Not checked: the service name, which d9 takes from argv memory that nginx overwrites
+  // with its process titles.)
+  ASSERT_EQ(d.by_pid.count(traced.master), 1u) << "no segments from the master";
+  uint64_t worker_allocs = 0;
+  for (pid_t w : traced.workers) {
+    SCOPED_TRACE("worker " + std::to_string(w));
+    ASSERT_EQ(d.by_pid.count(w), 1u) << "the worker was not profiled";
+    const Decoded::Process& p = d.by_pid[w];
+    EXPECT_GT(p.allocs + p.cpu_samples, 0u);
+    worker_allocs += p.allocs;
+  }
+  EXPECT_EQ(d.processes, 1 + traced.workers.size());
+  // Each gzip'd response allocates ~270 KiB of zlib state: thousands of samples.
+  EXPECT_GE(worker_allocs, 100u);
 }
 
 // ---- every operator new/delete form -------------------------------------------------------
