@@ -563,6 +563,33 @@ TEST_F(E2ESegments, DlopenDlcloseLoopKeepsTheLibrarysSymbols) {
   EXPECT_GE(leaves.size(), 10u) << "the allocation site at many addresses";
 }
 
+// Each segment's module map (Libd9Module) covers every address its samples use, so that
+// `d9 symbolize` can resolve segments written with D9_SYMBOLIZE=0. Fails today: the map
+// is written from the module list as it was at the last refresh (the last dlclose, or a
+// lookup outside every known module), so the copy of the library loaded when a segment is
+// sealed is missing from that segment's map (writer/segment.cc, write_symbols(), writes
+// modules() before resolve() refreshes; with D9_SYMBOLIZE=0 nothing refreshes at all).
+// Disabled until fixed; run it with --gtest_also_run_disabled_tests.
+TEST_F(E2ESegments, DISABLED_ModuleMapCoversTheLibraryInEverySegment) {
+  DlopenLoop loop = run_dlopen_loop(dir_, {"D9_SYMBOLIZE=0"});
+  const std::string want = fs::weakly_canonical(dso_path()).string();
+  for (const Segment& s : loop.segments) {
+    SCOPED_TRACE(s.path);
+    std::set<uint64_t> uncovered;
+    for (const decode::AllocEvent& a : s.trace.allocs) {
+      auto stack = s.trace.stack(a.stack);
+      if (a.size != 4343 || stack.empty()) continue;
+      bool covered = false;
+      for (const Module& m : s.modules) {
+        covered |= stack[0] >= m.start && stack[0] < m.end && fs::weakly_canonical(m.path) == want;
+      }
+      if (!covered) uncovered.insert(stack[0]);
+    }
+    EXPECT_TRUE(uncovered.empty()) << uncovered.size() << " library address(es) outside the map, "
+                                   << "first 0x" << std::hex << *uncovered.begin();
+  }
+}
+
 // ---- 4. retention --------------------------------------------------------------------------
 
 TEST_F(E2ESegments, RetentionDeletesTheOldestAndCapsDiskUse) {
