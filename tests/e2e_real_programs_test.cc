@@ -950,6 +950,30 @@ TEST_F(RealPrograms, DISABLED_ServiceNameSurvivesSetproctitle) {
   for (const auto& [pid, p] : d.by_pid) EXPECT_EQ(p.service, "perl") << "pid " << pid;
 }
 
+// bash closes a pipeline's read end twice: once when it has forked the pipeline, again when
+// the pipeline is done (strace: close(5) = 0 ... close(5) = 0). Without d9 the second close
+// fails harmlessly (EBADF). With d9, its writer thread may have opened its segment in
+// between and got that very number: bash closes d9's segment, `exec 5>file` reuses fd 5,
+// and d9 keeps writing trace frames to fd 5, into the script's file (hundreds of KB in
+// most runs here instead of "hello\n"; other runs log "d9: write to ... failed: Bad file
+// descriptor"). Disabled until d9 keeps its descriptors out of the host's way (e.g. dup'ed
+// above a high floor, identity checked before each write and close); run it with
+// --gtest_also_run_disabled_tests.
+TEST_F(RealPrograms, DISABLED_HostFileDescriptorReuseNeverReceivesTraceBytes) {
+  REQUIRE_PROGRAM(kBash);
+  for (int i = 0; i < 5; ++i) {
+    SCOPED_TRACE("round " + std::to_string(i));
+    std::string out = dir_ + "/out" + std::to_string(i) + ".txt";
+    std::string script = "seq 1 20000 | grep -c 7 >/dev/null; exec 5>" + out +
+                         "; for j in $(seq 1 300); do x=$x$j; done; sleep 0.3; echo hello >&5; "
+                         "exec 5>&-; wc -c <" +
+                         out;
+    expect_same_run({kBash, "-c", script}, {"LC_ALL=C"}, {"D9_SAMPLE_RATE=1"});
+    std::string text = read_text(out);
+    EXPECT_TRUE(text == "hello\n") << out << " holds " << text.size() << " bytes";
+  }
+}
+
 // ---- every operator new/delete form -------------------------------------------------------
 
 // Drops the "site ..." lines, whose addresses change from run to run.
