@@ -1,12 +1,16 @@
 // Real programs run unchanged with the library preloaded, and their segments decode:
-// python3 churning dicts and lists, sqlite3 inserting 200k rows in memory, git
-// init/add/commit/log on a generated repository, bash -c pipelines. Output is compared
-// byte for byte with a run without d9. Process trees (git, bash) also check what fork
-// children that exec leave behind.
+// python3 churning dicts and lists and running a slice of CPython's own regression tests,
+// sqlite3 inserting 200k rows in memory, git init/add/commit/log on a generated repository,
+// bash -c pipelines, redis-server under redis-benchmark and nginx under wrk on loopback,
+// and a program of the suite's own that uses every operator new/delete form. Output is
+// compared with a run without d9, byte for byte or once what legitimately varies (timings,
+// addresses) is taken out. Process trees (git, bash, nginx's workers, redis's BGSAVE child)
+// also check what fork children leave behind.
 //
 // The programs are the distribution's own (/usr/bin/python3, not a pyenv shim). A
 // program missing on the machine skips its test; CI installs them in its setup script.
-// scripts/real_programs.sh runs the same programs longer, for local soak runs.
+// scripts/real_programs.sh runs the same programs longer, for local soak runs, and
+// measures the servers' throughput with d9 against without.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
