@@ -581,7 +581,7 @@ class RealProgramsRedis : public RealPrograms {
                                  "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", root,
                                  "--daemonize", "no", "--enable-debug-command", "local"},
                                 env, preload, root + "/server.log"));
-      if ((*server)->pid() > 0 && wait_for_port(port, 15000)) return port;
+      if ((*server)->pid() > 0 && wait_for_port(port, 15000, server->get())) return port;
       (*server)->stop(SIGKILL, 5000);  // the port was taken in between: try another
     }
     ADD_FAILURE() << "redis-server did not start:\n" << read_text(root + "/server.log");
@@ -797,20 +797,11 @@ struct NginxSession {
 
 class RealProgramsNginx : public RealPrograms {
  protected:
-  // nginx in `root` as a non-daemon master with 2 workers, on a free port: checks what it
-  // serves, puts it under wrk for `seconds`, then stops it gracefully (SIGQUIT).
-  NginxSession session(const std::string& root, bool preload, int seconds) {
-    NginxSession s;
-    fs::create_directories(root + "/www");
-    const std::string page = text_page(), blob = binary_blob();
-    std::ofstream(root + "/www/page.txt", std::ios::binary) << page;
-    std::ofstream(root + "/www/blob.bin", std::ios::binary) << blob;
-    std::ofstream(root + "/requests.lua") << kWrkScript;
-    int port = free_tcp_port();
-    // Workers run as the test's own user: as root nginx would switch them to `nobody`,
-    // which can neither read this directory nor write d9's output under it. nginx keeps
-    // only the variables named by `env` for the processes it execs (binary upgrade); the
-    // workers are forked and keep d9 as the master loaded it.
+  // Workers run as the test's own user: as root nginx would switch them to `nobody`,
+  // which can neither read this directory nor write d9's output under it. nginx keeps only
+  // the variables named by `env` for the processes it execs (binary upgrade); the workers
+  // are forked and keep d9 as the master loaded it.
+  static void write_nginx_conf(const std::string& root, int port) {
     std::ofstream(root + "/nginx.conf")
         << (geteuid() == 0 ? "user root root;\n" : "")
         << "daemon off;\n"
@@ -833,11 +824,32 @@ class RealProgramsNginx : public RealPrograms {
         << root << "/tmp_fastcgi;\n  uwsgi_temp_path " << root << "/tmp_uwsgi;\n  scgi_temp_path "
         << root << "/tmp_scgi;\n  server {\n    listen 127.0.0.1:" << port << ";\n    root " << root
         << "/www;\n  }\n}\n";
+  }
+
+  // nginx in `root` as a non-daemon master with 2 workers, on a free port: checks what it
+  // serves, puts it under wrk for `seconds`, then stops it gracefully (SIGQUIT).
+  NginxSession session(const std::string& root, bool preload, int seconds) {
+    NginxSession s;
+    fs::create_directories(root + "/www");
+    const std::string page = text_page(), blob = binary_blob();
+    std::ofstream(root + "/www/page.txt", std::ios::binary) << page;
+    std::ofstream(root + "/www/blob.bin", std::ios::binary) << blob;
+    std::ofstream(root + "/requests.lua") << kWrkScript;
     std::vector<std::string> env;
     if (preload) env.push_back("D9_OUTPUT=" + traces_);
-    Spawned master({kNginx, "-p", root, "-c", root + "/nginx.conf", "-e", root + "/error.log"}, env,
-                   preload, root + "/nginx.out");
-    s.master = master.pid();
+    std::unique_ptr<Spawned> master;
+    int port = -1;
+    for (int attempt = 0; attempt < 3 && port < 0; ++attempt) {
+      port = free_tcp_port();
+      write_nginx_conf(root, port);
+      master = std::make_unique<Spawned>(
+          std::vector<std::string>{kNginx, "-p", root, "-c", root + "/nginx.conf", "-e",
+                                   root + "/error.log"},
+          env, preload, root + "/nginx.out");
+      // Gives up when the port was taken in between (nginx exits): try another.
+      if (!wait_for_port(port, 15000, master.get())) port = -1;
+    }
+    s.master = master->pid();
     // Whatever happens below, no worker outlives the test.
     struct KillWorkers {
       NginxSession* s;
@@ -845,12 +857,12 @@ class RealProgramsNginx : public RealPrograms {
         for (pid_t w : s->workers) kill(w, SIGKILL);
       }
     } kill_workers{&s};
-    if (!wait_for_port(port, 15000)) {
+    if (port < 0) {
       ADD_FAILURE() << "nginx did not start:\n" << read_text(root + "/error.log");
       return s;
     }
     for (int i = 0; i < 500 && s.workers.size() < 2; ++i) {
-      s.workers = children_of(master.pid());
+      s.workers = children_of(master->pid());
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     EXPECT_EQ(s.workers.size(), 2u) << "worker processes";
@@ -882,7 +894,7 @@ class RealProgramsNginx : public RealPrograms {
     }
     EXPECT_GT(s.wrk_requests, 100u) << wrk.out;
 
-    EXPECT_EQ(master.stop(SIGQUIT, 30000), 0) << read_text(root + "/error.log");
+    EXPECT_EQ(master->stop(SIGQUIT, 30000), 0) << read_text(root + "/error.log");
     for (pid_t w : s.workers) EXPECT_NE(kill(w, 0), 0) << "worker " << w << " still running";
     std::istringstream log(read_text(root + "/access.log"));
     int status = 0;

@@ -188,7 +188,7 @@ int free_tcp_port() {
   return port;
 }
 
-bool wait_for_port(int port, int timeout_ms) {
+bool wait_for_port(int port, int timeout_ms, Spawned* server) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -199,6 +199,7 @@ bool wait_for_port(int port, int timeout_ms) {
     bool ok = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
     if (fd >= 0) close(fd);
     if (ok) return true;
+    if (server && !server->running()) return false;
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

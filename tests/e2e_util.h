@@ -52,8 +52,9 @@ class Spawned {
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed).
 int free_tcp_port();
-// Waits until something accepts connections on 127.0.0.1:port; false after timeout_ms.
-bool wait_for_port(int port, int timeout_ms);
+// Waits until something accepts connections on 127.0.0.1:port; false after timeout_ms, or
+// as soon as `server` (when given) has exited.
+bool wait_for_port(int port, int timeout_ms, Spawned* server = nullptr);
 // Pids of the running children of `parent` (from /proc).
 std::vector<pid_t> children_of(pid_t parent);
 
