@@ -248,11 +248,15 @@ print("\n".join(sorted(cases)))' "$RUN_DIR/junit.xml"
   return $rc
 }
 
-# A TCP port on 127.0.0.1 that nothing listens on (the server may still lose a race for it).
+# A TCP port on 127.0.0.1 that nothing listens on, below the kernel's range of ephemeral
+# ports (which clients' sockets take: the load generators open hundreds). The server may
+# still lose a race for it: callers retry.
 free_port() {
-  local port
+  local low port
+  read -r low _ </proc/sys/net/ipv4/ip_local_port_range
+  ((low > 12000)) || low=32768
   for _ in {1..100}; do
-    port=$((20000 + RANDOM % 40000))
+    port=$((10000 + RANDOM % (low - 10000)))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       echo "$port"
       return 0
@@ -462,18 +466,28 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] 
 # redis_round MODE N: one server (preloaded for MODE d9), redis-benchmark with N requests
 # per test; prints the geometric mean of the tests' requests/s. Fails on any error.
 redis_round() {
-  local mode=$1 n=$2 dir port pid preload=()
+  local mode=$1 n=$2 dir port pid preload=() up=
   dir=$(mktemp -d "$WORK/redis-bench.XXXX")
-  port=$(free_port)
   if [[ $mode == d9 ]]; then preload=(env LD_PRELOAD="$LIBD9" D9_OUTPUT="$WORK/bench-traces"); fi
-  "${preload[@]}" /usr/bin/redis-server --port "$port" --bind 127.0.0.1 --save '' \
-    --appendonly no --dir "$dir" --logfile "$dir/redis.log" &
-  pid=$!
-  echo "$pid" >>"$SERVER_PIDS"
-  for _ in {1..300}; do
-    [[ $(/usr/bin/redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && break
-    sleep 0.05
+  for _ in 1 2 3; do
+    port=$(free_port)
+    "${preload[@]}" /usr/bin/redis-server --port "$port" --bind 127.0.0.1 --save '' \
+      --appendonly no --dir "$dir" --logfile "$dir/redis.log" &
+    pid=$!
+    echo "$pid" >>"$SERVER_PIDS"
+    for _ in {1..300}; do
+      [[ $(/usr/bin/redis-cli -p "$port" PING 2>/dev/null) == PONG ]] && up=1 && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    [[ -n $up ]] && break
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
   done
+  if [[ -z $up ]]; then
+    echo "redis $mode round: the server did not start: $(tail -1 "$dir/redis.log")" >&2
+    return 1
+  fi
   /usr/bin/redis-benchmark -p "$port" -n "$n" -c 20 -r 10000 -d 64 \
     -t set,get,incr,lpush,rpop,sadd,hset,spop,zadd,lrange_100 --csv >"$dir/bench.csv" \
     2>"$dir/bench.err" || echo "redis-benchmark failed" >>"$dir/bench.err"
@@ -490,19 +504,29 @@ redis_round() {
 
 # nginx_round MODE SECS: prints wrk's requests/s; fails on any non-2xx or socket error.
 nginx_round() {
-  local mode=$1 secs=$2 dir port pid preload=()
+  local mode=$1 secs=$2 dir port pid preload=() up=
   dir=$(mktemp -d "$WORK/nginx-bench.XXXX")
-  port=$(free_port)
   nginx_files "$dir"
-  nginx_conf "$dir" "$port" >"$dir/nginx.conf"
   if [[ $mode == d9 ]]; then preload=(env LD_PRELOAD="$LIBD9" D9_OUTPUT="$WORK/bench-traces"); fi
-  "${preload[@]}" /usr/sbin/nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" &
-  pid=$!
-  echo "$pid" >>"$SERVER_PIDS"
-  for _ in {1..300}; do
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
-    sleep 0.05
+  for _ in 1 2 3; do
+    port=$(free_port)
+    nginx_conf "$dir" "$port" >"$dir/nginx.conf"
+    "${preload[@]}" /usr/sbin/nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" \
+      2>>"$dir/nginx.err" &
+    pid=$!
+    echo "$pid" >>"$SERVER_PIDS"
+    for _ in {1..300}; do
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && up=1 && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
+    [[ -n $up ]] && break
+    wait "$pid" 2>/dev/null  # it gave up on the port
   done
+  if [[ -z $up ]]; then
+    echo "nginx $mode round: the server did not start: $(tail -1 "$dir/nginx.err")" >&2
+    return 1
+  fi
   /usr/bin/wrk -t1 -c16 -d"${secs}s" -s "$dir/requests.lua" "http://127.0.0.1:$port/" \
     >"$dir/wrk.out" 2>&1
   kill -QUIT "$pid"
