@@ -10,6 +10,9 @@ packages=(
   libgtest-dev                              # tests
   clang                                     # libFuzzer target
   python3 sqlite3 git                       # real programs the tests run under d9
+  libpython3.11-testsuite                   # CPython's own regression tests (python3 -m test)
+  redis-server redis-tools                  # redis-server, redis-benchmark, redis-cli
+  nginx wrk                                 # a static file server and its load generator
 )
 
 missing=()

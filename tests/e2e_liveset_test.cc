@@ -14,36 +14,6 @@
 namespace d9::test {
 namespace {
 
-struct Live {
-  uint32_t tid;
-  uint64_t size, addr, alloc_ts;
-  std::vector<uint64_t> stack;
-};
-
-// Everything the tests need from one segment, including d9's own live-set events.
-struct Decoded {
-  decode::Trace trace;
-  std::vector<Live> live;
-};
-
-Decoded load(const std::string& path) {
-  Decoded d;
-  d.trace = decode::LoadTrace(path);
-  EXPECT_TRUE(d.trace.ok()) << d.trace.error;
-  decode::RawTrace raw = decode::ReadTraceFile(path);
-  decode::ForEachEvent(raw.bytes, [&](const decode::Event& e) {
-    if (e.name() != "Libd9LiveAllocation") return;
-    Live l;
-    l.tid = static_cast<uint32_t>(e.Find("tid")->u64());
-    l.size = e.Find("size")->u64();
-    l.addr = e.Find("addr")->u64();
-    l.alloc_ts = e.Find("alloc_timestamp_ns")->u64();
-    for (uint64_t pc : e.Find("callchain")->stack()) l.stack.push_back(pc);
-    d.live.push_back(std::move(l));
-  });
-  return d;
-}
-
 uint64_t meta(const decode::Trace& t, const std::string& key) {
   auto it = t.metadata.find(key);
   EXPECT_NE(it, t.metadata.end()) << key;
@@ -58,40 +28,17 @@ std::string site_name(const std::vector<Site>& sites, const std::vector<uint64_t
   return "other";
 }
 
-// Frees pair with allocations on addr + alloc_timestamp_ns, exactly as dial9's toolkit
-// pairs them: every FreeEvent has its AllocEvent, and allocs = frees + live.
-void expect_exact_pairing(const Decoded& d) {
-  const decode::Trace& t = d.trace;
-  std::map<std::pair<uint64_t, uint64_t>, const decode::AllocEvent*> allocs;
-  for (const auto& a : t.allocs) allocs[{a.addr, a.ts}] = &a;
-  std::set<std::pair<uint64_t, uint64_t>> freed;
-  for (const auto& f : t.frees) {
-    auto it = allocs.find({f.addr, f.alloc_ts});
-    ASSERT_NE(it, allocs.end()) << "free of 0x" << std::hex << f.addr << " has no alloc";
-    EXPECT_EQ(f.size, it->second->size);
-    EXPECT_GT(f.ts, f.alloc_ts);
-    EXPECT_TRUE(freed.insert({f.addr, f.alloc_ts}).second) << "freed twice";
-  }
-  for (const Live& l : d.live) {
-    auto it = allocs.find({l.addr, l.alloc_ts});
-    ASSERT_NE(it, allocs.end()) << "live allocation without an AllocEvent";
-    EXPECT_EQ(freed.count({l.addr, l.alloc_ts}), 0u) << "live and freed";
-    EXPECT_EQ(l.size, it->second->size);
-  }
-  EXPECT_EQ(t.allocs.size(), t.frees.size() + d.live.size());
-}
-
 class E2ELiveset : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = make_temp_dir("e2e-live"); }
   void TearDown() override {
     if (!HasFailure()) remove_tree(dir_);
   }
-  Decoded single_segment() {
+  TraceWithLiveset single_segment() {
     auto segs = find_segments(dir_);
     EXPECT_EQ(segs.size(), 1u);
     if (segs.empty()) return {};
-    return load(segs[0]);
+    return load_with_liveset(segs[0]);
   }
   std::string dir_;
 };
@@ -107,14 +54,14 @@ TEST_F(E2ELiveset, LeakIsAttributedToItsSite) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<Site> sites = parse_sites(r.out);
   ASSERT_EQ(sites.size(), 2u);
-  Decoded d = single_segment();
+  TraceWithLiveset d = single_segment();
   EXPECT_EQ(d.trace.metadata["memory.track_liveset"], "true");
   EXPECT_EQ(d.trace.overflows.size(), 0u);
   EXPECT_EQ(meta(d.trace, "memory.untracked_samples"), 0u);
   expect_exact_pairing(d);
 
   std::map<std::string, double> live_bytes;
-  for (const Live& l : d.live) {
+  for (const LiveAllocation& l : d.live) {
     live_bytes[site_name(sites, l.stack)] += sample_weight(l.size, 65536);
   }
   const double leaked = 64.0 * 1024 * 1024;
@@ -148,7 +95,7 @@ TEST_F(E2ELiveset, EdgeCasesPairExactly) {
       in >> v["handoff"];
     }
   }
-  Decoded d = single_segment();
+  TraceWithLiveset d = single_segment();
   EXPECT_EQ(d.trace.overflows.size(), 0u);
   expect_exact_pairing(d);
 
@@ -201,7 +148,7 @@ TEST_F(E2ELiveset, TinyRingsCountEveryDrop) {
   RunResult r = run({program("liveset_cases"), "burst", "2", "200000"},
                     {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_RING_SLOTS=16"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  Decoded d = single_segment();
+  TraceWithLiveset d = single_segment();
   const decode::Trace& t = d.trace;
   uint64_t dropped_allocs = 0, dropped_frees = 0;
   for (const auto& o : t.overflows) {
@@ -225,7 +172,7 @@ TEST_F(E2ELiveset, FourThreadStressAtDefaultRings) {
   RunResult r = run({program("liveset_cases"), "burst", "4", n ? n : "1000000"},
                     {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=4096"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  Decoded d = single_segment();
+  TraceWithLiveset d = single_segment();
   const decode::Trace& t = d.trace;
   uint64_t dropped_allocs = 0, dropped_frees = 0;
   for (const auto& o : t.overflows) {
@@ -265,7 +212,7 @@ TEST_F(E2ELiveset, OffMeansNoFrees) {
   RunResult r = run({program("liveset_cases"), "cases"},
                     {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_LIVESET=0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  Decoded d = single_segment();
+  TraceWithLiveset d = single_segment();
   EXPECT_EQ(d.trace.metadata["memory.track_liveset"], "false");
   EXPECT_GT(d.trace.allocs.size(), 100u);
   EXPECT_EQ(d.trace.frees.size(), 0u);

@@ -484,6 +484,112 @@ TEST_F(E2ESegments, RotationAt64KAndOneSecondGivesSelfContainedSegments) {
   std::printf("%lu allocation samples\n", static_cast<unsigned long>(allocs));
 }
 
+// The dlopen-loop subject: a library loaded, called and unloaded 120 times, at many
+// addresses (the subject takes the place it left every other time), with segments rotated
+// at 16K so most are sealed long after the copy their samples came from was unloaded. The
+// output must be the same without d9.
+struct DlopenLoop {
+  static constexpr int kLoads = 120, kRounds = 20;
+  int call_line = 0, helper_line = 0;  // of the library's allocation site
+  unsigned long load_addresses = 0;
+  std::vector<Segment> segments;  // sealed, in order
+};
+
+DlopenLoop run_dlopen_loop(const std::string& dir, const std::vector<std::string>& d9_env) {
+  DlopenLoop loop;
+  std::vector<std::string> argv = {subject(), "dlopen-loop", dso_path(),
+                                   std::to_string(DlopenLoop::kLoads),
+                                   std::to_string(DlopenLoop::kRounds)};
+  RunResult plain = run(argv, {}, /*preload=*/false);
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  std::vector<std::string> env = {"D9_OUTPUT=" + dir, "D9_SAMPLE_RATE=1", "D9_MAX_FILE_SIZE=16K",
+                                  "D9_RING_SLOTS=65536"};
+  env.insert(env.end(), d9_env.begin(), d9_env.end());
+  RunResult r = run(argv, env);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  // The last line (how many load addresses) depends on the address space, d9's included.
+  auto without_last_line = [](const std::string& out) {
+    return out.size() < 2 ? out : out.substr(0, out.rfind('\n', out.size() - 2) + 1);
+  };
+  EXPECT_EQ(without_last_line(r.out), without_last_line(plain.out));
+  std::istringstream in(r.out);
+  std::string line;
+  while (std::getline(in, line)) {
+    sscanf(line.c_str(), "dlopen-loop lines %d %d", &loop.call_line, &loop.helper_line);
+    sscanf(line.c_str(), "dlopen-loop load addresses %lu", &loop.load_addresses);
+  }
+  EXPECT_GT(loop.call_line, 0) << r.out;
+  EXPECT_GE(loop.load_addresses, 10u) << "the library should have come back at many addresses";
+  auto dirs = list_dirs(dir);
+  EXPECT_EQ(dirs.size(), 1u);
+  if (dirs.empty()) return loop;
+  std::map<long, std::string> segs = sealed_by_index(dirs[0]);
+  EXPECT_GE(segs.size(), 3u) << "rotated at 16K";
+  EXPECT_EQ(find_segments(dir).size(), segs.size()) << "everything sealed";
+  for (auto& [index, path] : segs) loop.segments.push_back(load(path));
+  return loop;
+}
+
+// Every one of the library's allocations is in some segment, and in each segment its leaf
+// resolves to the library's function and inlined helper at the right lines, whichever of
+// the library's addresses it came from.
+TEST_F(E2ESegments, DlopenDlcloseLoopKeepsTheLibrarysSymbols) {
+  DlopenLoop loop = run_dlopen_loop(dir_, {});
+  int seen = 0;
+  std::set<uint64_t> leaves;
+  for (const Segment& s : loop.segments) {
+    SCOPED_TRACE(s.path);
+    expect_self_contained(s);
+    for (const decode::AllocEvent& a : s.trace.allocs) {
+      if (a.size != 4343) continue;
+      ++seen;
+      auto stack = s.trace.stack(a.stack);
+      ASSERT_FALSE(stack.empty());
+      uint64_t leaf = stack[0];
+      if (!leaves.insert(leaf).second) continue;  // each new address checked once
+      auto it = s.symbols.find(leaf);
+      ASSERT_NE(it, s.symbols.end()) << "no symbols for 0x" << std::hex << leaf;
+      const auto& chain = it->second;
+      ASSERT_EQ(chain.size(), 2u) << "outer function + inlined helper";
+      EXPECT_EQ(chain[0].name, "segdso::dso_alloc(unsigned long)");
+      EXPECT_EQ(basename_of(chain[0].file), "segments_dso.cc");
+      EXPECT_EQ(chain[0].line, static_cast<uint64_t>(loop.call_line));
+      EXPECT_EQ(chain[1].name, "segdso::dso_inline_helper(unsigned long)");
+      EXPECT_EQ(chain[1].line, static_cast<uint64_t>(loop.helper_line));
+    }
+  }
+  EXPECT_EQ(seen, DlopenLoop::kLoads * DlopenLoop::kRounds) << "every allocation is sampled";
+  EXPECT_GE(leaves.size(), 10u) << "the allocation site at many addresses";
+}
+
+// Each segment's module map (Libd9Module) covers every address its samples use, so that
+// `d9 symbolize` can resolve segments written with D9_SYMBOLIZE=0. Fails today: the map
+// is written from the module list as it was at the last refresh (the last dlclose, or a
+// lookup outside every known module), so the copy of the library loaded when a segment is
+// sealed is missing from that segment's map (writer/segment.cc, write_symbols(), writes
+// modules() before resolve() refreshes; with D9_SYMBOLIZE=0 nothing refreshes at all).
+// Disabled until fixed; run it with --gtest_also_run_disabled_tests.
+TEST_F(E2ESegments, DISABLED_ModuleMapCoversTheLibraryInEverySegment) {
+  DlopenLoop loop = run_dlopen_loop(dir_, {"D9_SYMBOLIZE=0"});
+  const std::string want = fs::weakly_canonical(dso_path()).string();
+  for (const Segment& s : loop.segments) {
+    SCOPED_TRACE(s.path);
+    std::set<uint64_t> uncovered;
+    for (const decode::AllocEvent& a : s.trace.allocs) {
+      auto stack = s.trace.stack(a.stack);
+      if (a.size != 4343 || stack.empty()) continue;
+      bool covered = false;
+      for (const Module& m : s.modules) {
+        covered |= stack[0] >= m.start && stack[0] < m.end && fs::weakly_canonical(m.path) == want;
+      }
+      if (!covered) uncovered.insert(stack[0]);
+    }
+    EXPECT_TRUE(uncovered.empty()) << uncovered.size() << " library address(es) outside the map, "
+                                   << "first 0x" << std::hex << *uncovered.begin();
+  }
+}
+
 // ---- 4. retention --------------------------------------------------------------------------
 
 TEST_F(E2ESegments, RetentionDeletesTheOldestAndCapsDiskUse) {

@@ -1,16 +1,26 @@
 #include "tests/e2e_util.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
+#include <thread>
 
 extern char** environ;
 
@@ -24,8 +34,11 @@ std::string program(const std::string& name) {
   return std::string(D9_BUILD_DIR) + "/tests/programs/" + name;
 }
 
-RunResult run(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-              bool preload) {
+namespace {
+
+// The environment of a child: the test's own without any D9_ variable or LD_PRELOAD, then
+// `env`, then LD_PRELOAD=libd9.so when `preload`.
+std::vector<std::string> child_env(const std::vector<std::string>& env, bool preload) {
   std::map<std::string, std::string> vars;
   for (char** e = environ; *e; ++e) {
     std::string kv(*e);
@@ -43,12 +56,28 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
   if (preload) vars["LD_PRELOAD"] = libd9_path();
   std::vector<std::string> flat;
   for (auto& [k, v] : vars) flat.push_back(k + "=" + v);
-  std::vector<char*> envp, args;
-  for (auto& s : flat) envp.push_back(s.data());
-  envp.push_back(nullptr);
+  return flat;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+int exit_code_of(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+RunResult run(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+              bool preload) {
+  std::vector<std::string> flat = child_env(env, preload);
+  std::vector<char*> envp = pointers(flat);
   std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
+  std::vector<char*> args = pointers(argv_copy);
 
   int out_pipe[2], err_pipe[2];
   RunResult r;
@@ -88,8 +117,152 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
   }
   int status = 0;
   waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = exit_code_of(status);
   return r;
+}
+
+Spawned::Spawned(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                 bool preload, const std::string& log_path) {
+  std::vector<std::string> flat = child_env(env, preload);
+  std::vector<char*> envp = pointers(flat);
+  std::vector<std::string> argv_copy = argv;
+  std::vector<char*> args = pointers(argv_copy);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (posix_spawnp(&pid_, args[0], &fa, nullptr, args.data(), envp.data()) != 0) pid_ = -1;
+  posix_spawn_file_actions_destroy(&fa);
+}
+
+Spawned::~Spawned() {
+  if (running()) stop(SIGKILL, 10000);
+}
+
+bool Spawned::running() {
+  return pid_ > 0 && !reaped_ && wait(0) < 0;
+}
+
+int Spawned::wait(int timeout_ms) {
+  if (pid_ <= 0) return -1;
+  if (reaped_) return status_;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_ || (r < 0 && errno != EINTR)) {
+      reaped_ = true;  // on an error, it is not our child to wait for (or kill) any more
+      status_ = r == pid_ ? exit_code_of(status) : -1;
+      return status_;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+int Spawned::stop(int sig, int timeout_ms) {
+  if (!running()) return reaped_ ? status_ : -1;
+  kill(pid_, sig);
+  int code = wait(timeout_ms);
+  if (!reaped_) {
+    kill(pid_, SIGKILL);
+    code = wait(60000);
+  }
+  return code;
+}
+
+int free_tcp_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+bool wait_for_port(int port, int timeout_ms, Spawned* server) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    bool ok = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    if (fd >= 0) close(fd);
+    if (ok) return true;
+    if (server && !server->running()) return false;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator("/proc", ec)) {
+    std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // pid (comm) state ppid ...: comm may hold spaces and parentheses, so parse after the last ')'.
+    size_t close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close_paren + 1));
+    std::string state;
+    long ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TraceWithLiveset load_with_liveset(const std::string& path) {
+  TraceWithLiveset d;
+  d.trace = decode::LoadTrace(path);
+  EXPECT_TRUE(d.trace.ok()) << path << ": " << d.trace.error;
+  decode::RawTrace raw = decode::ReadTraceFile(path);
+  decode::ForEachEvent(raw.bytes, [&](const decode::Event& e) {
+    if (e.name() != "Libd9LiveAllocation") return;
+    LiveAllocation l;
+    l.tid = static_cast<uint32_t>(e.Find("tid")->u64());
+    l.size = e.Find("size")->u64();
+    l.addr = e.Find("addr")->u64();
+    l.alloc_ts = e.Find("alloc_timestamp_ns")->u64();
+    for (uint64_t pc : e.Find("callchain")->stack()) l.stack.push_back(pc);
+    d.live.push_back(std::move(l));
+  });
+  return d;
+}
+
+void expect_exact_pairing(const TraceWithLiveset& d) {
+  const decode::Trace& t = d.trace;
+  std::map<std::pair<uint64_t, uint64_t>, const decode::AllocEvent*> allocs;
+  for (const auto& a : t.allocs) allocs[{a.addr, a.ts}] = &a;
+  std::set<std::pair<uint64_t, uint64_t>> freed;
+  for (const auto& f : t.frees) {
+    auto it = allocs.find({f.addr, f.alloc_ts});
+    ASSERT_NE(it, allocs.end()) << "free of 0x" << std::hex << f.addr << " has no alloc";
+    EXPECT_EQ(f.size, it->second->size);
+    EXPECT_GT(f.ts, f.alloc_ts);
+    EXPECT_TRUE(freed.insert({f.addr, f.alloc_ts}).second) << "freed twice";
+  }
+  for (const LiveAllocation& l : d.live) {
+    auto it = allocs.find({l.addr, l.alloc_ts});
+    ASSERT_NE(it, allocs.end()) << "live allocation without an AllocEvent";
+    EXPECT_EQ(freed.count({l.addr, l.alloc_ts}), 0u) << "live and freed";
+    EXPECT_EQ(l.size, it->second->size);
+  }
+  EXPECT_EQ(t.allocs.size(), t.frees.size() + d.live.size());
 }
 
 std::vector<Site> parse_sites(const std::string& out) {

@@ -1,6 +1,8 @@
 // libsegments_dso.so: a shared library segments_subject loads with dlopen, calls (it
 // allocates, through an inlined helper) and unloads with dlclose before it exits, so the
-// golden test can check that addresses in an unloaded library still resolve at seal.
+// golden test can check that addresses in an unloaded library still resolve at seal. The
+// dlopen-loop mode loads, calls and unloads it again and again.
+#include <stdint.h>
 #include <stdlib.h>
 
 namespace segdso {
@@ -32,4 +34,19 @@ extern "C" __attribute__((visibility("default"))) void segdso_run(int rounds, in
   for (int i = 0; i < rounds; ++i) free(segdso::dso_alloc(segdso::kDsoSize));
   *helper_line = segdso::g_helper_line;
   *call_line = segdso::g_call_line;
+}
+
+// Allocates `rounds` blocks at the same site, fills each with bytes that depend on `seed`,
+// folds them into a checksum (FNV-1a) and frees them.
+extern "C" __attribute__((visibility("default"))) uint64_t segdso_churn(int rounds, uint64_t seed) {
+  uint64_t sum = 1469598103934665603ULL;
+  for (int i = 0; i < rounds; ++i) {
+    auto* p = static_cast<unsigned char*>(segdso::dso_alloc(segdso::kDsoSize));
+    for (size_t j = 0; j < segdso::kDsoSize; ++j) {
+      p[j] = static_cast<unsigned char>(seed + static_cast<uint64_t>(i) * 31 + j);
+    }
+    for (size_t j = 0; j < segdso::kDsoSize; j += 97) sum = (sum ^ p[j]) * 1099511628211ULL;
+    free(p);
+  }
+  return sum;
 }

@@ -16,16 +16,25 @@
 //   list-fds TAG     prints "TAG fd N -> TARGET" for each of its open descriptors.
 //   exec SELF        allocates 50 blocks of 7001 bytes, then replaces itself (execv, no
 //                    fork) with `SELF steady 0.2 7002`.
+//   dlopen-loop DSO N ROUNDS
+//                    N times: dlopen DSO, let it allocate ROUNDS blocks (segdso_churn), dlclose
+//                    it; every other time a spacer mapping takes the place the library left,
+//                    so it comes back at another address. Prints the checksums, the source
+//                    lines to expect, and (last) how many load addresses it had.
 #include <dirent.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -245,6 +254,77 @@ int exec_self(const char* self) {
   return 1;
 }
 
+// ---- dlopen-loop ---------------------------------------------------------------------------
+
+// The address range the object loaded at `bias` spans (its PT_LOAD segments).
+struct Span {
+  uintptr_t bias = 0, start = 0, end = 0;
+};
+int find_span(dl_phdr_info* info, size_t, void* data) {
+  auto* span = static_cast<Span*>(data);
+  if (info->dlpi_addr != span->bias || info->dlpi_name[0] == 0) return 0;
+  span->start = UINTPTR_MAX;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_LOAD) continue;
+    span->start = std::min<uintptr_t>(span->start, info->dlpi_addr + ph.p_vaddr);
+    span->end = std::max<uintptr_t>(span->end, info->dlpi_addr + ph.p_vaddr + ph.p_memsz);
+  }
+  return 1;
+}
+
+int dlopen_loop(const char* dso_path, int n, int rounds) {
+  using ChurnFn = uint64_t (*)(int, uint64_t);
+  using RunFn = void (*)(int, int*, int*);
+  std::set<uintptr_t> bases;
+  uint64_t total = 0;
+  for (int i = 0; i < n; ++i) {
+    void* dso = dlopen(dso_path, RTLD_NOW | RTLD_LOCAL);
+    if (!dso) {
+      fprintf(stderr, "dlopen %s: %s\n", dso_path, dlerror());
+      return 1;
+    }
+    auto churn = reinterpret_cast<ChurnFn>(dlsym(dso, "segdso_churn"));
+    link_map* map = nullptr;
+    if (!churn || dlinfo(dso, RTLD_DI_LINKMAP, &map) != 0) {
+      fprintf(stderr, "dlsym/dlinfo: %s\n", dlerror());
+      return 1;
+    }
+    bases.insert(map->l_addr);
+    Span span;
+    span.bias = map->l_addr;
+    dl_iterate_phdr(find_span, &span);
+    uint64_t sum = churn(rounds, static_cast<uint64_t>(i));
+    total ^= sum;
+    if (i < 3) printf("dlopen-loop %d checksum %016llx\n", i, static_cast<unsigned long long>(sum));
+    if (i == n - 1) {  // the source lines the test expects at the allocation site
+      int helper_line = 0, call_line = 0;
+      reinterpret_cast<RunFn>(dlsym(dso, "segdso_run"))(0, &helper_line, &call_line);
+      printf("dlopen-loop lines %d %d\n", call_line, helper_line);
+    }
+    if (dlclose(dso) != 0) {
+      fprintf(stderr, "dlclose: %s\n", dlerror());
+      return 1;
+    }
+    if (dlopen(dso_path, RTLD_NOW | RTLD_NOLOAD) != nullptr) {
+      fprintf(stderr, "%s is still loaded after dlclose\n", dso_path);
+      return 1;
+    }
+    // Every other time, a mapping (never unmapped) takes the place the library left, so
+    // the next dlopen has to find another one. Something else may have taken it already.
+    if (i % 2 == 0 && span.end > span.start) {
+      uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+      uintptr_t start = span.start & ~(page - 1), end = (span.end + page - 1) & ~(page - 1);
+      mmap(reinterpret_cast<void*>(start), end - start, PROT_NONE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    }
+  }
+  printf("dlopen-loop %d loads, %d allocations each, checksum %016llx\n", n, rounds,
+         static_cast<unsigned long long>(total));
+  printf("dlopen-loop load addresses %zu\n", bases.size());  // varies with the address space
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "golden" && argc == 4) return golden::run(argv[2], strcmp(argv[3], "unload") == 0);
@@ -253,9 +333,10 @@ int main(int argc, char** argv) {
   if (mode == "fds" && argc == 3) return fds(argv[2]);
   if (mode == "list-fds" && argc == 3) return list_fds(argv[2]);
   if (mode == "exec" && argc == 3) return exec_self(argv[2]);
+  if (mode == "dlopen-loop" && argc == 5) return dlopen_loop(argv[2], atoi(argv[3]), atoi(argv[4]));
   fprintf(stderr,
           "usage: %s golden DSO unload|keep | steady SECS MARK | fork | fds SELF | list-fds TAG | "
-          "exec SELF\n",
+          "exec SELF | dlopen-loop DSO N ROUNDS\n",
           argv[0]);
   return 2;
 }
