@@ -199,7 +199,7 @@ TEST_F(E2ELiveset, ThreadChurnReturnsSampledCaches) {
   unsigned id = 0;
   ASSERT_EQ(sscanf(r.out.c_str(), "next_tcache %u", &id), 1) << r.out;
   EXPECT_LT(id, 16u) << "explicit tcaches of exited threads were not destroyed";
-  Decoded d = single_segment();
+  TraceWithLiveset d = single_segment();
   const decode::Trace& t = d.trace;
   EXPECT_GE(t.allocs.size(), 5000u * 20);
   EXPECT_EQ(meta(t, "memory.untracked_samples"), 0u);

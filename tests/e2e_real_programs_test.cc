@@ -948,12 +948,10 @@ TEST_F(RealProgramsNginx, StaticFilesUnderWrk) {
 
 // The service name defaults to the executable's name. Servers that set their process
 // title (nginx, postgres, sshd; here perl's `$0 = ...`) overwrite the argv memory that
-// glibc's program_invocation_short_name points into, and d9 reads it only when a writer
-// thread starts: in a fork child that is after the rewrite, and the child's segments are
-// named after a piece of the new title ("amed by setproctitle"). Disabled until d9 copies
-// the name at start-up (preload/runtime.cc, build_metadata()); run it with
-// --gtest_also_run_disabled_tests.
-TEST_F(RealPrograms, DISABLED_ServiceNameSurvivesSetproctitle) {
+// glibc's program_invocation_short_name points into. d9 copies the name at start-up: read
+// only when a fork child's writer starts, it used to be a piece of the new title ("amed by
+// setproctitle").
+TEST_F(RealPrograms, ServiceNameSurvivesSetproctitle) {
   const char kPerl[] = "/usr/bin/perl";
   REQUIRE_PROGRAM(kPerl);
   expect_same_run({kPerl, "-e",
@@ -970,12 +968,10 @@ TEST_F(RealPrograms, DISABLED_ServiceNameSurvivesSetproctitle) {
 // the pipeline is done (strace: close(5) = 0 ... close(5) = 0). Without d9 the second close
 // fails harmlessly (EBADF). With d9, its writer thread may have opened its segment in
 // between and got that very number: bash closes d9's segment, `exec 5>file` reuses fd 5,
-// and d9 keeps writing trace frames to fd 5, into the script's file (hundreds of KB in
-// most runs here instead of "hello\n"; other runs log "d9: write to ... failed: Bad file
-// descriptor"). Disabled until d9 keeps its descriptors out of the host's way (e.g. dup'ed
-// above a high floor, identity checked before each write and close); run it with
-// --gtest_also_run_disabled_tests.
-TEST_F(RealPrograms, DISABLED_HostFileDescriptorReuseNeverReceivesTraceBytes) {
+// and d9 kept writing trace frames to fd 5, into the script's file (hundreds of KB in most
+// runs instead of "hello\n"). d9's descriptors now sit above a high floor and are checked
+// before each write and close (writer/segment.h, OwnFd).
+TEST_F(RealPrograms, HostFileDescriptorReuseNeverReceivesTraceBytes) {
   REQUIRE_PROGRAM(kBash);
   for (int i = 0; i < 5; ++i) {
     SCOPED_TRACE("round " + std::to_string(i));

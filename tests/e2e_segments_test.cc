@@ -564,13 +564,11 @@ TEST_F(E2ESegments, DlopenDlcloseLoopKeepsTheLibrarysSymbols) {
 }
 
 // Each segment's module map (Libd9Module) covers every address its samples use, so that
-// `d9 symbolize` can resolve segments written with D9_SYMBOLIZE=0. Fails today: the map
-// is written from the module list as it was at the last refresh (the last dlclose, or a
-// lookup outside every known module), so the copy of the library loaded when a segment is
-// sealed is missing from that segment's map (writer/segment.cc, write_symbols(), writes
-// modules() before resolve() refreshes; with D9_SYMBOLIZE=0 nothing refreshes at all).
-// Disabled until fixed; run it with --gtest_also_run_disabled_tests.
-TEST_F(E2ESegments, DISABLED_ModuleMapCoversTheLibraryInEverySegment) {
+// `d9 symbolize` can resolve segments written with D9_SYMBOLIZE=0. The map used to be the
+// module list as of the last refresh (the last dlclose, or a lookup outside every known
+// module), missing the copy of the library loaded when a segment was sealed; the seal now
+// refreshes it first (writer/segment.cc, write_symbols()).
+TEST_F(E2ESegments, ModuleMapCoversTheLibraryInEverySegment) {
   DlopenLoop loop = run_dlopen_loop(dir_, {"D9_SYMBOLIZE=0"});
   const std::string want = fs::weakly_canonical(dso_path()).string();
   for (const Segment& s : loop.segments) {
