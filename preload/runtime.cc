@@ -518,8 +518,9 @@ bool at_sample_point(size_t size) {
   if (__builtin_expect(!alloc::min_size_class_set(), 0) && !t.in_d9) {
     ReentryGuard guard;
     if (!alloc::set_min_size_class()) {
-      log::line("jemalloc's size classes are not laid out as this build expects; blocks "
-                "under 16 bytes are only 8-byte aligned");
+      log::line(
+          "jemalloc's size classes are not laid out as this build expects; blocks "
+          "under 16 bytes are only 8-byte aligned");
     }
   }
   if (t.internal) {
