@@ -28,5 +28,13 @@ echo "d9 setup: installing ${missing[*]}" >&2
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
+# nginx and redis-server ship system services; the tests start instances of their own, so
+# the install must not start (or enable a start of) one: policy-rc.d tells invoke-rc.d no.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null
+  $sudo chmod 755 "$policy"
+  trap '$sudo rm -f "$policy"' EXIT
+fi
 $sudo apt-get update -q >/dev/null
 $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
