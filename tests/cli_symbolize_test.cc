@@ -295,39 +295,14 @@ TEST_F(CliSymbolize, BuildIdMismatchIsRefusedWithAMessage) {
               g.main_helper);
 }
 
-// Starts argv with libd9.so preloaded, stdout and stderr to /dev/null.
-pid_t spawn_preloaded(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
-  std::vector<std::string> flat;
-  for (char** e = environ; *e; ++e) {
-    std::string kv(*e);
-    if (kv.rfind("D9_", 0) == 0 || kv.rfind("LD_PRELOAD=", 0) == 0) continue;
-    flat.push_back(kv);
-  }
-  for (const std::string& kv : env) flat.push_back(kv);
-  flat.push_back("LD_PRELOAD=" + libd9_path());
-  std::vector<char*> envp, args;
-  for (auto& s : flat) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data()) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
-
 TEST_F(CliSymbolize, ActiveSegmentOfAKilledProcessUsesASealedSiblingsModuleMap) {
   // No CPU samples: their leaves can sit in code with no symbol at all (libunwind's static
   // functions, while it captures an allocation's stack), which rightly stays unresolved.
-  pid_t pid = spawn_preloaded({subject(), "steady", "30", "1"},
-                              {"D9_OUTPUT=" + dir_ + "/trace", "D9_ROTATE_SECS=1",
-                               "D9_SAMPLE_RATE=65536", "D9_SYMBOLIZE=0", "D9_CPU_HZ=0"});
-  ASSERT_GT(pid, 0);
+  Spawned proc({subject(), "steady", "30", "1"},
+               {"D9_OUTPUT=" + dir_ + "/trace", "D9_ROTATE_SECS=1", "D9_SAMPLE_RATE=65536",
+                "D9_SYMBOLIZE=0", "D9_CPU_HZ=0"},
+               true, "/dev/null");
+  ASSERT_GT(proc.pid(), 0);
   // At least one segment sealed by age and the next one being written.
   std::string active;
   for (int i = 0; i < 150 && active.empty(); ++i) {
@@ -343,9 +318,7 @@ TEST_F(CliSymbolize, ActiveSegmentOfAKilledProcessUsesASealedSiblingsModuleMap) 
     }
     if (sealed >= 1 && !a.empty() && fs::file_size(a) > 4096) active = a;
   }
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  proc.stop(SIGKILL, 10000);
   ASSERT_FALSE(active.empty()) << "no sealed segment and active one within 15 s";
   ASSERT_TRUE(fs::exists(active));
   Segment bare = load(active);

@@ -148,33 +148,6 @@ uint64_t file_size(const std::string& path) {
   return ec ? 0 : n;
 }
 
-// Starts argv with libd9.so preloaded and `env` added, stdout and stderr to /dev/null;
-// for tests that must act on the process while it runs.
-pid_t spawn_preloaded(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
-  std::vector<std::string> flat;
-  for (char** e = environ; *e; ++e) {
-    std::string kv(*e);
-    if (kv.rfind("D9_", 0) == 0 || kv.rfind("LD_PRELOAD=", 0) == 0) continue;
-    flat.push_back(kv);
-  }
-  for (const std::string& kv : env) flat.push_back(kv);
-  flat.push_back("LD_PRELOAD=" + libd9_path());
-  std::vector<char*> envp, args;
-  for (auto& s : flat) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  if (posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data()) != 0) pid = -1;
-  posix_spawn_file_actions_destroy(&fa);
-  return pid;
-}
-
 class E2ESegments : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -754,9 +727,10 @@ TEST_F(E2ESegments, ExecSealsTheOldImageAndProfilesTheNewOne) {
 // ---- 6. SIGKILL ----------------------------------------------------------------------------
 
 TEST_F(E2ESegments, SigkillLeavesSealedSegmentsAndADecodableActiveOne) {
-  pid_t pid = spawn_preloaded({subject(), "steady", "30", "1"},
-                              {"D9_OUTPUT=" + dir_, "D9_ROTATE_SECS=1", "D9_SAMPLE_RATE=65536"});
-  ASSERT_GT(pid, 0);
+  Spawned proc({subject(), "steady", "30", "1"},
+               {"D9_OUTPUT=" + dir_, "D9_ROTATE_SECS=1", "D9_SAMPLE_RATE=65536"}, true,
+               "/dev/null");
+  ASSERT_GT(proc.pid(), 0);
   // ~2.5 s: two segments sealed by age, the third being written. A slow machine gets up
   // to 10 s to seal the first two (without rotation by age they never come).
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
@@ -766,10 +740,7 @@ TEST_F(E2ESegments, SigkillLeavesSealedSegmentsAndADecodableActiveOne) {
     if (sealed >= 2) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  ASSERT_EQ(proc.stop(SIGKILL, 10000), 128 + SIGKILL);
 
   std::vector<std::string> sealed, active;
   for (const std::string& path : find_segments(only_process_dir())) {
