@@ -17,6 +17,16 @@
 
         .text
 
+// The frees' range check: a pointer at or above the high bound, or below the low one,
+// goes straight to `jemalloc`; one inside the reservation to `sampled`.
+.macro range_check jemalloc, sampled
+        cmpq    d9_sampled_hi(%rip), %rdi
+        jae     \jemalloc
+        cmpq    d9_sampled_lo(%rip), %rdi
+        jb      \jemalloc
+        jmp     \sampled
+.endm
+
         .p2align 4
         .globl  malloc
         .type   malloc, @function
@@ -47,11 +57,7 @@ _ZdaPv:
 _ZdlPvRKSt9nothrow_t:
 _ZdaPvRKSt9nothrow_t:
         .cfi_startproc
-        cmpq    d9_sampled_hi(%rip), %rdi
-        jae     d9_je_free
-        cmpq    d9_sampled_lo(%rip), %rdi
-        jb      d9_je_free
-        jmp     d9_free_sampled
+        range_check d9_je_free, d9_free_sampled
         .cfi_endproc
         .size   free, .-free
         .size   _ZdlPv, .-_ZdlPv
@@ -69,11 +75,7 @@ _ZdaPvRKSt9nothrow_t:
 _ZdlPvm:
 _ZdaPvm:
         .cfi_startproc
-        cmpq    d9_sampled_hi(%rip), %rdi
-        jae     d9_je__ZdlPvm
-        cmpq    d9_sampled_lo(%rip), %rdi
-        jb      d9_je__ZdlPvm
-        jmp     d9_sized_free_sampled
+        range_check d9_je__ZdlPvm, d9_sized_free_sampled
         .cfi_endproc
         .size   _ZdlPvm, .-_ZdlPvm
         .size   _ZdaPvm, .-_ZdaPvm
