@@ -487,7 +487,10 @@ void after_fork_child() {
 
 bool writer_stuck_in_loader() {
   uint64_t since = g_child_loader_call_ns.load(std::memory_order_acquire);
-  return since != 0 && now_ns() - since > 100000000ULL;  // 100 ms on a call of microseconds
+  // The call takes microseconds; a writer starved on a loaded machine can still sit in it
+  // for 100 ms and more, and giving up on it then leaves the child's segment unsealed. A
+  // child stuck for good costs a second at exit instead.
+  return since != 0 && now_ns() - since > 1000000000ULL;
 }
 
 }  // namespace d9::cpu
