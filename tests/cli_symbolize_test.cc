@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,8 +17,6 @@
 
 #include "tests/cli_test_util.h"
 #include "tests/e2e_util.h"
-
-extern char** environ;
 
 namespace d9::test {
 namespace {

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,8 +24,6 @@
 
 #include "tests/e2e_util.h"
 #include "writer/segment.h"
-
-extern char** environ;
 
 namespace d9::test {
 namespace {
