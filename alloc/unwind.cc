@@ -124,6 +124,8 @@ void reset_after_fork() {
 struct ModuleMap::Scan {
   ModuleMap* map;
   Snapshot* snap;
+  const std::atomic<bool>* stop = nullptr;
+  bool stopped = false;
   unsigned long long adds = 0, subs = 0;
 
   // The loader's load/unload counters (older glibc may not pass them).
@@ -147,8 +149,8 @@ ModuleMap::ModuleMap() {
 
 ModuleMap::~ModuleMap() = default;
 
-bool ModuleMap::refresh() {
-  Scan scan{this, nullptr};
+bool ModuleMap::refresh(const std::atomic<bool>* stop) {
+  Scan scan{this, nullptr, stop};
   if (built_) {
     // Cheap poll: the loader's counters come with the first object.
     dl_iterate_phdr(
@@ -201,6 +203,10 @@ bool ModuleMap::refresh() {
           }
         }
         if (it == map.tables_.end()) {
+          if (s->stop && s->stop->load(std::memory_order_relaxed)) {
+            s->stopped = true;
+            return 1;
+          }
           auto t = std::make_shared<Table>();
           cfi::build_rows(hdr, info->dlpi_addr, readable, &t->rows);  // partial is fine
           t->rows.shrink_to_fit();
@@ -213,6 +219,7 @@ bool ModuleMap::refresh() {
         return 0;
       },
       &scan);
+  if (scan.stopped) return false;
   adds_ = scan.adds;
   subs_ = scan.subs;
   built_ = true;

@@ -74,8 +74,10 @@ class ModuleMap {
 
   // Rebuilds and publishes the snapshot if modules were loaded or unloaded since the last
   // call (or on the first call). Frees replaced snapshots no handler can still read.
-  // Returns true when it published a new snapshot.
-  bool refresh();
+  // Returns true when it published a new snapshot. Once `*stop` is set (the process is
+  // exiting), no further table is built and nothing is published; tables built so far are
+  // kept for the next call.
+  bool refresh(const std::atomic<bool>* stop = nullptr);
 
   // Sizes of the snapshot in force (for tests and metadata).
   size_t modules() const;

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
@@ -42,7 +43,7 @@ unwind::ModuleMap* g_modules = nullptr;  // the writer's; abandoned in a fork ch
 pthread_mutex_t g_fork_mu = PTHREAD_MUTEX_INITIALIZER;
 // A fork child's writer inside its first loader call since (0: not inside, or proven).
 std::atomic<uint64_t> g_child_loader_call_ns{0};
-bool g_in_fork_child = false;  // writer only, until its first refresh returns
+bool g_in_fork_child = false;  // writer only, until its first poll takes the loader lock
 
 // Every armed timer, so all can be deleted when the host takes SIGPROF over: one word per
 // timer, (tid << 32) | kernel timer id, | kForeign for threads d9 did not start. A slot is
@@ -226,6 +227,14 @@ void fork_prepare() {
     until.tv_nsec -= 1000000000L;
   }
   g_fork_locked = pthread_mutex_timedlock(&g_fork_mu, &until) == 0;
+  // A fork before the writer's first poll builds the tables here: the child's allocation
+  // stacks need them until its writer has shown the loader's lock to be free. The guard
+  // keeps d9's allocations unsampled: a sample would unwind with libunwind inside the
+  // loader's lock, which deadlocks with a dlopen in another thread.
+  if (g_fork_locked && g_modules->modules() == 0) {
+    ReentryGuard guard;
+    g_modules->refresh();
+  }
 }
 void fork_parent() {
   if (g_fork_locked) pthread_mutex_unlock(&g_fork_mu);
@@ -343,9 +352,10 @@ void start(uint64_t hz, uint32_t ring_slots, int stack_depth) {
     return;
   }
   g_timers = static_cast<std::atomic<uint64_t>*>(table);
-  // Unwind tables first, so the first samples already have full stacks.
+  // The unwind tables are built by the writer's first poll(), not here: building them takes
+  // ~10 ms, which the program would wait for at start-up. Until then (the first CPU sample
+  // comes after 10 ms of a thread's CPU time) stacks follow frame pointers only.
   g_modules = new unwind::ModuleMap;
-  g_modules->refresh();
   pthread_atfork(fork_prepare, fork_parent, [] { pthread_mutex_init(&g_fork_mu, nullptr); });
 
   struct sigaction sa;
@@ -430,18 +440,20 @@ sighandler_t host_signal(int sig, sighandler_t handler) {
   return old.sa_handler;
 }
 
-void poll() {
+void poll(const std::atomic<bool>* stop) {
   if (!g_modules) return;
-  bool first_in_child = g_in_fork_child;
-  if (first_in_child) g_child_loader_call_ns.store(now_ns(), std::memory_order_release);
   pthread_mutex_lock(&g_fork_mu);
-  g_modules->refresh();
-  pthread_mutex_unlock(&g_fork_mu);
-  if (first_in_child) {  // the loader's lock was free after all
+  if (g_in_fork_child) {
+    // Takes the loader's lock once, cheaply: then allocation stacks may use it again,
+    // without waiting for the tables a child forked early must still build (~10 ms).
+    g_child_loader_call_ns.store(now_ns(), std::memory_order_release);
+    dl_iterate_phdr([](dl_phdr_info*, size_t, void*) { return 1; }, nullptr);
     g_in_fork_child = false;
     g_child_loader_call_ns.store(0, std::memory_order_release);
     stack::set_loader_suspect(false);
   }
+  g_modules->refresh(stop);
+  pthread_mutex_unlock(&g_fork_mu);
   if (g_state.load(std::memory_order_acquire) != kOn) return;
   struct sigaction current;
   if (__sigaction(SIGPROF, nullptr, &current) == 0 && current.sa_sigaction != on_sigprof) {

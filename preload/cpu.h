@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace d9::cpu {
@@ -55,8 +56,8 @@ sighandler_t host_signal(int sig, sighandler_t handler);
 // waits for a refresh in progress: the child must not inherit the loader's lock from the
 // writer; see stack::set_loader_suspect for the lock held by the host's threads), checks
 // that the SIGPROF disposition is still d9's, deletes timers of foreign threads that
-// have exited.
-void poll();
+// have exited. Building tables stops early once `*stop` is set (exit).
+void poll(const std::atomic<bool>* stop);
 
 // Fork child (forking thread only): the parent's timers are not inherited; re-arm this
 // thread's and start the CPU ring afresh.

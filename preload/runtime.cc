@@ -119,6 +119,7 @@ int start_process() {
               "the sampled heap could not be reserved)");
   }
   make_boot_id();
+  OwnFd::reserve_floor();
   g_state.store(kOn, std::memory_order_release);
   return kOn;
 }
@@ -418,12 +419,13 @@ void* writer_main(void*) {
   g_writer = w;
   w->dir = std::string(g_options.output) + "/" + g_boot_id;
   w->metadata = build_metadata();
+  cpu::poll(&g_stop);  // builds the unwind tables for CPU samples now, not after the first wait
 
   while (!g_stop.load(std::memory_order_acquire) &&
          g_state.load(std::memory_order_acquire) == kOn) {
     alloc::wait_for_work(kDrainIntervalNs);
     if (g_stop.load(std::memory_order_acquire)) break;
-    cpu::poll();
+    cpu::poll(&g_stop);
     write_pending(*w);
     serve(g_modules_request, [&] {
       pthread_mutex_lock(&g_tools_mu);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <vector>
@@ -48,7 +49,28 @@ int raise_fd(int fd) {
   return high;
 }
 
+// Threads of this process, from /proc/self/stat (field 20); 0 if unknown.
+long thread_count(int stat_fd) {
+  char buf[1024];
+  ssize_t n = ::read(stat_fd, buf, sizeof(buf) - 1);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  for (int field = 2; p && field < 20; ++field) p = strchr(p + 1, ' ');
+  return p ? strtol(p + 1, nullptr, 10) : 0;
+}
+
 }  // namespace
+
+void OwnFd::reserve_floor() {
+  int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  if (thread_count(fd) == 1) {
+    int high = fcntl(fd, F_DUPFD_CLOEXEC, fd_floor());
+    if (high >= 0) ::close(high);
+  }
+  ::close(fd);
+}
 
 bool OwnFd::open(const std::string& path, int flags, mode_t mode) {
   close();

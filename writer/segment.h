@@ -30,6 +30,11 @@ namespace d9 {
 // closes a descriptor the program has taken over.
 class OwnFd {
  public:
+  // Grows the process's descriptor table up to the floor now, when the process is still
+  // single-threaded (at start-up). Growing it later, once threads share the table, makes
+  // the growing thread wait for an RCU grace period: 10-30 ms for the first segment.
+  static void reserve_floor();
+
   OwnFd() = default;
   ~OwnFd() { close(); }
   OwnFd(const OwnFd&) = delete;
