@@ -335,6 +335,16 @@ TEST(Symbolizer, UncompressedSeparateDebugInfoAlwaysRead) {
   ExpectDwarfProbes(s, lib.probes, "symtest_split");
 }
 
+// So is compressed DWARF in the library itself (-gz): the user's own build.
+TEST(Symbolizer, CompressedDwarfInTheLibraryAlwaysRead) {
+  Library lib("gz");
+  ASSERT_NE(lib.handle, nullptr) << dlerror();
+  int inits = g_inflate_inits;
+  Symbolizer s(Options{.inflate_compressed_debug_files = false});
+  ExpectDwarfProbes(s, lib.probes, "symtest_gz");
+  EXPECT_GT(g_inflate_inits, inits) << "libsymtest_gz.so's DWARF is not compressed";
+}
+
 TEST(Symbolizer, StrippedLibrary) {
   Library lib("stripped");
   ASSERT_NE(lib.handle, nullptr) << dlerror();
