@@ -153,7 +153,17 @@ void parse_options(char* const* envp, Options* o) {
     } else if (equals(name, "D9_RING_SLOTS")) {
       size_option(name, v, 16, 1ULL << 24, &o->ring_slots);
     } else if (equals(name, "D9_SYMBOLIZE")) {
-      bool_option(name, v, &o->symbolize);
+      bool on;
+      if (equals(v, "full")) {
+        o->symbolize = Symbolize::kFull;
+      } else if (parse_bool(v, &on)) {
+        o->symbolize = on ? Symbolize::kOn : Symbolize::kOff;
+      } else {
+        const char* used = o->symbolize == Symbolize::kOff  ? "0"
+                           : o->symbolize == Symbolize::kOn ? "1"
+                                                            : "full";
+        report(name, v, "expected 0, 1 or full)", used);
+      }
     } else if (equals(name, "D9_ENABLE")) {
       bool_option(name, v, &o->enable);
     } else if (equals(name, "D9_SEED")) {

@@ -10,6 +10,10 @@ namespace d9 {
 
 enum class Compression : uint8_t { kZstd, kGzip, kNone };
 
+// D9_SYMBOLIZE: symbols at seal. kOn leaves a separate debug file with compressed DWARF
+// unread but for its .symtab (names, no lines); kFull inflates it (tens of ms per process).
+enum class Symbolize : uint8_t { kOff, kOn, kFull };
+
 struct Options {
   char output[512] = "./d9-traces";           // D9_OUTPUT
   uint64_t sample_rate = 524288;              // D9_SAMPLE_RATE (bytes; 1 = all; 0 = off)
@@ -23,7 +27,7 @@ struct Options {
   uint64_t stack_depth = 64;                  // D9_STACK_DEPTH
   uint64_t ring_slots = 4096;                 // D9_RING_SLOTS
   bool enable = true;                         // D9_ENABLE
-  bool symbolize = true;                      // D9_SYMBOLIZE
+  Symbolize symbolize = Symbolize::kOn;       // D9_SYMBOLIZE
   bool has_seed = false;                      // D9_SEED given
   uint64_t seed = 0;                          // D9_SEED
 };

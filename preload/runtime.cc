@@ -272,7 +272,7 @@ SealTools* seal_tools(Writer& w) {
   if (!w.tools_tried) {
     w.tools_tried = true;
     std::string why;
-    w.tools = load_seal_tools(&why);
+    w.tools = load_seal_tools(g_options.symbolize == Symbolize::kFull, &why);
     if (!w.tools) log::line("segments are sealed without symbols or compression: ", why.c_str());
   }
   return w.tools;
@@ -359,7 +359,7 @@ void seal(Writer& w) {
       {"cpu.sampling", cpu::state()}};
   StringMap cpu_counts = w.cpu.close_segment();
   options.extra_metadata.insert(options.extra_metadata.end(), cpu_counts.begin(), cpu_counts.end());
-  options.symbolize = g_options.symbolize;
+  options.symbolize = g_options.symbolize != Symbolize::kOff;
   if (g_options.compress == Compression::kZstd) options.compression = SealCompression::kZstd;
   if (g_options.compress == Compression::kGzip) options.compression = SealCompression::kGzip;
   // Always: even unsymbolized segments carry the module map, for offline symbolization.

@@ -16,6 +16,10 @@ constexpr int kZstdLevel = 2;
 
 class Tools final : public SealTools {
  public:
+  explicit Tools(bool inflate_compressed_debug_files)
+      : symbolizer_(
+            symbolize::Options{.inflate_compressed_debug_files = inflate_compressed_debug_files}) {}
+
   const std::vector<SymbolFrame>& resolve(uint64_t addr) override {
     const std::vector<symbolize::Frame>& frames = symbolizer_.resolve(addr);
     out_.resize(frames.size());
@@ -84,6 +88,7 @@ class Tools final : public SealTools {
 }  // namespace
 }  // namespace d9
 
-extern "C" __attribute__((visibility("default"))) d9::SealTools* d9_create_seal_tools_v1() {
-  return new d9::Tools();
+extern "C" __attribute__((visibility("default"))) d9::SealTools* d9_create_seal_tools_v2(
+    bool inflate_compressed_debug_files) {
+  return new d9::Tools(inflate_compressed_debug_files);
 }

@@ -41,6 +41,8 @@ struct Symbolizer::ModuleRec {
   std::string debug_path;      // separate debug file, if FindElf found one
   std::vector<char> image;     // the vDSO's bytes (the ELF is read from this copy)
   bool debuginfod = false;     // Options::debuginfod
+  bool inflate = true;         // Options::inflate_compressed_debug_files
+  bool names_only = false;     // set by FindElf: compressed debug file, DWARF left unread
   bool dwarf_checked = false;  // dwz file looked for
   Elf* alt_elf = nullptr;      // dwz file, set on the module's Dwarf
   Dwarf* alt = nullptr;
@@ -198,7 +200,9 @@ std::string FileBuildId(Elf* elf) {
   return n > 0 ? std::string(static_cast<const char*>(bits), static_cast<size_t>(n)) : "";
 }
 
-bool HasDwarf(Elf* elf) {
+// Whether `elf` has DWARF, and whether it is stored compressed (SHF_COMPRESSED, or a legacy
+// .zdebug_ section), from the section headers alone.
+bool HasDwarf(Elf* elf, bool* compressed = nullptr) {
   size_t shstrndx = 0;
   if (elf_getshdrstrndx(elf, &shstrndx) != 0) return false;
   for (Elf_Scn* scn = elf_nextscn(elf, nullptr); scn != nullptr; scn = elf_nextscn(elf, scn)) {
@@ -207,6 +211,9 @@ bool HasDwarf(Elf* elf) {
     const char* name = elf_strptr(elf, shstrndx, shdr.sh_name);
     if (name != nullptr &&
         (strcmp(name, ".debug_info") == 0 || strcmp(name, ".zdebug_info") == 0)) {
+      if (compressed != nullptr) {
+        *compressed = (shdr.sh_flags & SHF_COMPRESSED) != 0 || name[1] == 'z';
+      }
       return true;
     }
   }
@@ -248,8 +255,9 @@ std::vector<std::string> Dirs(const std::string& path) {
 // The separate debug file of a module, found the standard way without debuginfod: by
 // build-id under /usr/lib/debug/.build-id, then by .gnu_debuglink next to the file, in its
 // .debug/ and under /usr/lib/debug/<dir>/. Checked by build-id, or by CRC without one.
+// *compressed tells whether its DWARF is stored compressed.
 Elf* OpenDebugFile(Elf* main, const std::string& path, const std::string& build_id,
-                   std::string* found) {
+                   std::string* found, bool* compressed) {
   std::vector<std::string> candidates;
   if (!build_id.empty()) candidates.push_back(BuildIdPath(build_id));
   GElf_Word crc = 0;
@@ -267,7 +275,7 @@ Elf* OpenDebugFile(Elf* main, const std::string& path, const std::string& build_
     if (elf == nullptr) continue;
     bool valid =
         build_id.empty() ? crc == 0 || CrcMatches(candidate, crc) : FileBuildId(elf) == build_id;
-    if (valid && HasDwarf(elf)) {
+    if (valid && HasDwarf(elf, compressed)) {
       *found = candidate;
       return elf;
     }
@@ -310,17 +318,21 @@ bool OpenAltFile(Dwarf* dw, const std::string& dwarf_path, Elf** alt_elf, Dwarf*
 // files itself, reads them into ELF handles without descriptors, and hands over those.
 
 // Hands over the module's ELF: its separate debug file when there is one (it carries the
-// program headers, DWARF and .symtab), otherwise the file itself.
+// program headers, DWARF and .symtab), otherwise the file itself. A debug file with
+// compressed DWARF is handed over all the same, for its .symtab (which is never compressed),
+// but marked names_only unless the options ask to inflate it.
 int FindElf(Dwfl_Module*, void** userdata, const char*, Dwarf_Addr, char** file_name, Elf** elfp) {
   auto* rec = static_cast<ModuleRec*>(*userdata);
   *elfp = nullptr;
   if (rec == nullptr || rec->elf == nullptr) return -1;
   if (!HasDwarf(rec->elf)) {
+    bool compressed = false;
     Elf* debug = OpenDebugFile(rec->elf, rec->image.empty() ? rec->info.path : "", rec->build_id,
-                               &rec->debug_path);
+                               &rec->debug_path, &compressed);
     if (debug != nullptr) {
       elf_end(rec->elf);
       rec->elf = debug;
+      rec->names_only = compressed && !rec->inflate;
     }
   }
   *elfp = rec->elf;
@@ -504,6 +516,7 @@ Symbolizer::Symbolizer(const std::vector<Module>& recorded, const Options& optio
     rec->info = m;
     rec->build_id = BytesFromHex(m.build_id_hex);
     rec->debuginfod = options_.debuginfod;
+    rec->inflate = options_.inflate_compressed_debug_files;
     ModuleCheck check;
     check.module = m;
     if (m.path == "[vdso]") {
@@ -635,6 +648,7 @@ void Symbolizer::refresh_modules() {
       rec->info.bias = s.bias;
       rec->build_id = s.build_id;
       rec->debuginfod = options_.debuginfod;
+      rec->inflate = options_.inflate_compressed_debug_files;
       if (s.vdso) {
         // The kernel maps the whole image, section headers (past the PT_LOAD) included.
         const auto* ehdr = reinterpret_cast<const ElfW(Ehdr)*>(st.vdso_ehdr);
@@ -736,9 +750,13 @@ void Symbolizer::resolve_in(ModuleRec* rec, uint64_t addr, uint64_t pc, std::vec
 
   Dwarf_Addr bias = 0;
   if (!rec->dwarf_checked) {
-    // Set the dwz file before libdw looks for it itself (keeping a descriptor).
     rec->dwarf_checked = true;
-    Dwarf* dw = dwfl_module_getdwarf(mod, &bias);
+    // The ELF first: FindElf decides whether the DWARF may be opened (names_only). Anything
+    // that asks libdwfl for DWARF (getdwarf, addrdie, getsrc) would inflate all of it.
+    Dwarf* dw = dwfl_module_getelf(mod, &bias) != nullptr && !rec->names_only
+                    ? dwfl_module_getdwarf(mod, &bias)
+                    : nullptr;
+    // Set the dwz file before libdw looks for it itself (keeping a descriptor).
     if (dw != nullptr && OpenAltFile(dw, rec->debug_path.empty() ? rec->info.path : rec->debug_path,
                                      &rec->alt_elf, &rec->alt)) {
       dwarf_setalt(dw, rec->alt);
@@ -746,7 +764,7 @@ void Symbolizer::resolve_in(ModuleRec* rec, uint64_t addr, uint64_t pc, std::vec
   }
 
   // DWARF: the function instances at pc, innermost first, from the unit's index.
-  Dwarf_Die* cudie = dwfl_module_addrdie(mod, pc, &bias);
+  Dwarf_Die* cudie = rec->names_only ? nullptr : dwfl_module_addrdie(mod, pc, &bias);
   CuIndex* unit = nullptr;
   bool outermost_has_linkage = false;
   std::vector<Dwarf_Die> chain;

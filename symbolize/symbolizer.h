@@ -15,7 +15,8 @@
 //
 // Debug info: DWARF in the file itself, or a separate file found the standard way (build-id
 // under /usr/lib/debug/.build-id, or .gnu_debuglink next to the file, in .debug/ or under
-// /usr/lib/debug), and the dwz file it points to. d9 finds and opens these itself, again
+// /usr/lib/debug), and the dwz file it points to; a compressed separate file only for its
+// .symtab unless Options::inflate_compressed_debug_files. d9 finds and opens these itself, again
 // without keeping descriptors: libdwfl would keep every descriptor it is handed until
 // dwfl_end, then close it whatever it has become. debuginfod is not queried unless
 // Options::debuginfod is set: a download can take minutes, touches the network and writes
@@ -77,6 +78,14 @@ struct ModuleCheck {
 struct Options {
   // Let elfutils fetch missing debug info from the servers in DEBUGINFOD_URLS.
   bool debuginfod = false;
+  // Read the DWARF of a separate debug file found for a module (build-id, .gnu_debuglink)
+  // even when its sections are compressed. libdw inflates every debug section of a file
+  // when it opens its DWARF: ~70 ms for Debian's libc6-dbg, paid by every short-lived
+  // process at its exit. When false, such a module resolves from the debug file's .symtab
+  // only, as a module without DWARF does (one frame, module path as file, line 0). DWARF in
+  // the module itself, and uncompressed debug files, are always read. The offline CLI keeps
+  // the default; libd9's seal tools pass false unless D9_SYMBOLIZE=full.
+  bool inflate_compressed_debug_files = true;
 };
 
 class Symbolizer {

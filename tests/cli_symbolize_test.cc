@@ -1,6 +1,9 @@
 // `d9 symbolize` end to end: segments written with D9_SYMBOLIZE=0 (and the `.active` file of
-// a SIGKILLed process) get the same symbols offline as libd9 gives in process; a module
-// whose file no longer has the recorded build-id is refused with a message.
+// a SIGKILLed process) get the same symbols offline as libd9 gives in process with
+// D9_SYMBOLIZE=full; a module whose file no longer has the recorded build-id is refused with
+// a message. With the default D9_SYMBOLIZE=1, modules whose separate debug file is compressed
+// (libc6-dbg) are named from its symbol table only.
+#include <elf.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -8,6 +11,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -51,12 +56,17 @@ struct Segment {
   std::set<uint64_t> callchain_addrs;
   std::map<uint64_t, std::vector<decode::SymbolTableEntry>> symbols;  // addr -> by depth
 
-  // (module path, address - bias) for an address, or ("", 0).
-  std::pair<std::string, uint64_t> where(uint64_t addr) const {
+  // The module of a return address, or nullptr.
+  const Module* module_of(uint64_t addr) const {
     const Module* found = nullptr;
     for (const Module& m : modules) {
       if (addr - 1 >= m.start && addr - 1 < m.end) found = &m;  // the newest mapping wins
     }
+    return found;
+  }
+  // (module path, address - bias) for an address, or ("", 0).
+  std::pair<std::string, uint64_t> where(uint64_t addr) const {
+    const Module* found = module_of(addr);
     if (found == nullptr) return {"", 0};
     return {fs::weakly_canonical(found->path).string(), addr - found->bias};
   }
@@ -102,11 +112,12 @@ struct Golden {
   uint64_t main_call = 0, main_helper = 0, dso_call = 0, dso_helper = 0;
 };
 
-Golden run_golden(const std::string& dir, const std::string& dso, bool symbolize,
+// `symbolize` is the value of D9_SYMBOLIZE: "0", "1" or "full".
+Golden run_golden(const std::string& dir, const std::string& dso, const std::string& symbolize,
                   const std::string& compress = "zstd") {
   RunResult r = run({subject(), "golden", dso, "unload"},
                     {"D9_OUTPUT=" + dir, "D9_SAMPLE_RATE=1", "D9_COMPRESS=" + compress,
-                     std::string("D9_SYMBOLIZE=") + (symbolize ? "1" : "0")});
+                     "D9_SYMBOLIZE=" + symbolize});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   Golden g;
   std::istringstream in(r.out);
@@ -139,6 +150,35 @@ void expect_site(const Segment& s, uint64_t size, const std::string& fn, const s
   EXPECT_EQ(chain[1].line, helper_line);
 }
 
+// Whether the debug file of a build-id under /usr/lib/debug/.build-id exists and stores its
+// .debug_info compressed (SHF_COMPRESSED, as Debian's -dbg packages do).
+bool compressed_debug_file(const std::string& build_id_hex) {
+  if (build_id_hex.size() < 2) return false;
+  std::vector<uint8_t> f = read_bytes("/usr/lib/debug/.build-id/" + build_id_hex.substr(0, 2) +
+                                      "/" + build_id_hex.substr(2) + ".debug");
+  Elf64_Ehdr eh;
+  if (f.size() < sizeof eh || memcmp(f.data(), ELFMAG, SELFMAG) != 0 || f[EI_CLASS] != ELFCLASS64) {
+    return false;
+  }
+  memcpy(&eh, f.data(), sizeof eh);
+  auto section = [&](size_t i) {
+    Elf64_Shdr sh{};
+    size_t at = eh.e_shoff + i * sizeof sh;
+    if (at + sizeof sh <= f.size()) memcpy(&sh, f.data() + at, sizeof sh);
+    return sh;
+  };
+  Elf64_Shdr names = section(eh.e_shstrndx);
+  const std::string want = ".debug_info";
+  for (size_t i = 1; i < eh.e_shnum; ++i) {
+    Elf64_Shdr sh = section(i);
+    size_t at = names.sh_offset + sh.sh_name;
+    if (at + want.size() < f.size() && memcmp(f.data() + at, want.c_str(), want.size() + 1) == 0) {
+      return (sh.sh_flags & SHF_COMPRESSED) != 0;
+    }
+  }
+  return false;
+}
+
 class CliSymbolize : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -152,8 +192,8 @@ class CliSymbolize : public ::testing::Test {
 };
 
 TEST_F(CliSymbolize, OfflineSymbolsEqualInProcessOnes) {
-  Golden g = run_golden(dir_ + "/inproc", dso_path(), true);
-  Golden g0 = run_golden(dir_ + "/bare", dso_path(), false);
+  Golden g = run_golden(dir_ + "/inproc", dso_path(), "full");
+  Golden g0 = run_golden(dir_ + "/bare", dso_path(), "0");
   ASSERT_EQ(g.main_call, g0.main_call);
   Segment inproc = load(only_segment(dir_ + "/inproc"));
   std::string bare_path = only_segment(dir_ + "/bare");
@@ -226,8 +266,60 @@ TEST_F(CliSymbolize, OfflineSymbolsEqualInProcessOnes) {
   EXPECT_NE(again.out.find("already symbolized"), std::string::npos) << again.out;
 }
 
+// The default D9_SYMBOLIZE=1 differs from full only in modules whose separate debug file is
+// compressed: one frame named from its .symtab, the module as file, line 0. Every other
+// module (the program and its library carry their own DWARF) resolves exactly as with full.
+TEST_F(CliSymbolize, InProcessDefaultNamesModulesWithCompressedDebugFiles) {
+  Golden g = run_golden(dir_ + "/default", dso_path(), "1");
+  run_golden(dir_ + "/full", dso_path(), "full");
+  Segment def = load(only_segment(dir_ + "/default"));
+  Segment full = load(only_segment(dir_ + "/full"));
+  expect_site(def, 4242, "golden::outer_alloc(unsigned long)",
+              "golden::inline_helper(unsigned long)", basename_of(g.main_file), g.main_call,
+              g.main_helper);
+
+  std::map<std::pair<std::string, uint64_t>, const std::vector<decode::SymbolTableEntry>*> ref;
+  for (const auto& [addr, chain] : full.symbols) ref[full.where(addr)] = &chain;
+  size_t same = 0, by_name = 0, libc_by_name = 0;
+  bool libc_compressed = false;
+  for (const auto& [addr, chain] : def.symbols) {
+    const Module* m = def.module_of(addr);
+    auto it = ref.find(def.where(addr));
+    if (m == nullptr || it == ref.end()) continue;
+    const auto& want = *it->second;
+    if (want[0].name.starts_with("[")) continue;  // placeholders carry the absolute address
+    SCOPED_TRACE(m->path + " +0x" + std::to_string(addr - m->bias));
+    bool compressed = compressed_debug_file(m->build_id);
+    bool libc = basename_of(m->path) == "libc.so.6";
+    libc_compressed |= libc && compressed;
+    if (compressed) {
+      ++by_name;
+      libc_by_name += libc;
+      ASSERT_EQ(chain.size(), 1u);
+      EXPECT_FALSE(chain[0].name.empty());
+      EXPECT_FALSE(chain[0].name.starts_with("[")) << chain[0].name;
+      EXPECT_EQ(chain[0].file, m->path);
+      EXPECT_EQ(chain[0].line, 0u);
+      continue;
+    }
+    ++same;
+    ASSERT_EQ(chain.size(), want.size());
+    for (size_t d = 0; d < chain.size(); ++d) {
+      EXPECT_EQ(chain[d].name, want[d].name);
+      EXPECT_EQ(chain[d].file, want[d].file);
+      EXPECT_EQ(chain[d].line, want[d].line);
+    }
+  }
+  EXPECT_GE(same, 4u) << "main program and library frames";
+  if (libc_compressed) {
+    EXPECT_GT(libc_by_name, 0u);
+  }
+  std::printf("[          ] %zu addresses as with full, %zu by name only%s\n", same, by_name,
+              libc_compressed ? "" : " (no compressed libc debug file installed)");
+}
+
 TEST_F(CliSymbolize, NeverReplacesTheInputUnlessInPlaceAndKeepsGzip) {
-  run_golden(dir_, dso_path(), false, "gzip");
+  run_golden(dir_, dso_path(), "0", "gzip");
   std::string seg = only_segment(dir_);
   ASSERT_TRUE(seg.ends_with(".bin.gz")) << seg;
   std::vector<uint8_t> before = read_bytes(seg);
@@ -260,7 +352,7 @@ TEST_F(CliSymbolize, BuildIdMismatchIsRefusedWithAMessage) {
   std::string lib = dir_ + "/lib/libsegments_dso.so";
   fs::create_directories(dir_ + "/lib");
   fs::copy_file(dso_path(), lib);
-  Golden g = run_golden(dir_ + "/trace", lib, false);
+  Golden g = run_golden(dir_ + "/trace", lib, "0");
   std::string seg = only_segment(dir_ + "/trace");
   Segment bare = load(seg);
   const Module* m = nullptr;

@@ -32,6 +32,7 @@ TEST(Options, Defaults) {
   EXPECT_EQ(o.stack_depth, 64u);
   EXPECT_EQ(o.ring_slots, 4096u);
   EXPECT_TRUE(o.enable);
+  EXPECT_EQ(o.symbolize, Symbolize::kOn);
   EXPECT_FALSE(o.has_seed);
 }
 
@@ -74,10 +75,20 @@ TEST(Options, ValidValues) {
   EXPECT_EQ(o.seed, 99u);
 }
 
+TEST(Options, SymbolizeLevels) {
+  EXPECT_EQ(parse({"D9_SYMBOLIZE=0"}).symbolize, Symbolize::kOff);
+  EXPECT_EQ(parse({"D9_SYMBOLIZE=off"}).symbolize, Symbolize::kOff);
+  EXPECT_EQ(parse({"D9_SYMBOLIZE=1"}).symbolize, Symbolize::kOn);
+  EXPECT_EQ(parse({"D9_SYMBOLIZE=full"}).symbolize, Symbolize::kFull);
+  // The last one wins, as for every variable.
+  EXPECT_EQ(parse({"D9_SYMBOLIZE=full", "D9_SYMBOLIZE=0"}).symbolize, Symbolize::kOff);
+}
+
 TEST(Options, InvalidValuesKeepDefaultsAndSayWhy) {
   testing::internal::CaptureStderr();
-  Options o = parse({"D9_SAMPLE_RATE=lots", "D9_LIVESET=maybe", "D9_COMPRESS=lz4",
-                     "D9_STACK_DEPTH=100000", "D9_RING_SLOTS=2", "D9_TYPO=1", "D9_SEED=x"});
+  Options o =
+      parse({"D9_SAMPLE_RATE=lots", "D9_LIVESET=maybe", "D9_COMPRESS=lz4", "D9_STACK_DEPTH=100000",
+             "D9_RING_SLOTS=2", "D9_TYPO=1", "D9_SEED=x", "D9_SYMBOLIZE=Full"});
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(o.sample_rate, 524288u);
   EXPECT_TRUE(o.liveset);
@@ -85,6 +96,7 @@ TEST(Options, InvalidValuesKeepDefaultsAndSayWhy) {
   EXPECT_EQ(o.stack_depth, 64u);
   EXPECT_EQ(o.ring_slots, 4096u);
   EXPECT_FALSE(o.has_seed);
+  EXPECT_EQ(o.symbolize, Symbolize::kOn);
   EXPECT_NE(err.find("d9: invalid D9_SAMPLE_RATE=\"lots\""), std::string::npos) << err;
   EXPECT_NE(err.find("using D9_SAMPLE_RATE=524288"), std::string::npos) << err;
   EXPECT_NE(err.find("d9: invalid D9_LIVESET=\"maybe\""), std::string::npos) << err;
@@ -92,8 +104,12 @@ TEST(Options, InvalidValuesKeepDefaultsAndSayWhy) {
   EXPECT_NE(err.find("D9_STACK_DEPTH=\"100000\""), std::string::npos) << err;
   EXPECT_NE(err.find("D9_RING_SLOTS=\"2\""), std::string::npos) << err;
   EXPECT_NE(err.find("unknown variable D9_TYPO"), std::string::npos) << err;
+  EXPECT_NE(err.find("d9: invalid D9_SYMBOLIZE=\"Full\" (expected 0, 1 or full); using "
+                     "D9_SYMBOLIZE=1"),
+            std::string::npos)
+      << err;
   // One line per problem.
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 7) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 8) << err;
 }
 
 TEST(Options, NullEnvironmentKeepsDefaults) {

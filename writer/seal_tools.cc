@@ -4,7 +4,7 @@
 
 namespace d9 {
 
-SealTools* load_seal_tools(std::string* error) {
+SealTools* load_seal_tools(bool inflate_compressed_debug_files, std::string* error) {
   // The module sits next to the object this function is in (libd9.so).
   Dl_info self;
   if (!dladdr(reinterpret_cast<void*>(&load_seal_tools), &self) || !self.dli_fname) {
@@ -22,7 +22,7 @@ SealTools* load_seal_tools(std::string* error) {
     return nullptr;
   }
   auto create = reinterpret_cast<CreateSealToolsFn>(dlsym(lib, kSealToolsEntry));
-  SealTools* tools = create ? create() : nullptr;
+  SealTools* tools = create ? create(inflate_compressed_debug_files) : nullptr;
   if (!tools) *error = path + " has no " + kSealToolsEntry;
   return tools;
 }

@@ -46,13 +46,14 @@ class SealTools {
                         std::vector<uint8_t>* out, std::string* error) = 0;
 };
 
-// Entry point exported by libd9_seal.so.
+// Entry point exported by libd9_seal.so. `inflate_compressed_debug_files` is
+// symbolize::Options' flag of that name (D9_SYMBOLIZE=full).
 inline constexpr char kSealToolsLibrary[] = "libd9_seal.so";
-inline constexpr char kSealToolsEntry[] = "d9_create_seal_tools_v1";
-using CreateSealToolsFn = SealTools* (*)();
+inline constexpr char kSealToolsEntry[] = "d9_create_seal_tools_v2";
+using CreateSealToolsFn = SealTools* (*)(bool inflate_compressed_debug_files);
 
 // Loads libd9_seal.so from the directory libd9.so was loaded from and creates the tools;
 // nullptr (with *error set) if that fails. Call from the writer thread only.
-SealTools* load_seal_tools(std::string* error);
+SealTools* load_seal_tools(bool inflate_compressed_debug_files, std::string* error);
 
 }  // namespace d9

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <chrono>
 #include <cinttypes>
@@ -17,6 +18,16 @@
 #include <vector>
 
 #include "tests/symbolize/subject_exe.h"
+
+// Counts libelf's inflate streams: libdw opens each compressed debug section with one.
+// Exported from the test executable (see CMakeLists.txt), so it comes before zlib's.
+static int g_inflate_inits = 0;
+extern "C" int inflateInit_(z_streamp strm, const char* version, int stream_size) {
+  using Fn = int (*)(z_streamp, const char*, int);
+  static Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "inflateInit_"));
+  ++g_inflate_inits;
+  return next(strm, version, stream_size);
+}
 
 namespace d9::symbolize {
 namespace {
@@ -277,6 +288,61 @@ TEST(Symbolizer, SeparateDebugInfo) {
   ASSERT_NE(lib.handle, nullptr) << dlerror();
   Symbolizer s;
   ExpectDwarfProbes(s, lib.probes, "symtest_split");
+}
+
+// A separate debug file with compressed sections: unless asked, resolved by name from its
+// .symtab only, with nothing inflated; the static function still has its name there.
+TEST(Symbolizer, CompressedSeparateDebugInfoByName) {
+  struct stat st;
+  ASSERT_EQ(stat((LibPath("split_z") + ".debug").c_str(), &st), 0);
+  Library lib("split_z");
+  ASSERT_NE(lib.handle, nullptr) << dlerror();
+  const SymtestDsoProbes& p = lib.probes;
+  int inits = g_inflate_inits;
+  Symbolizer s(Options{.inflate_compressed_debug_files = false});
+  struct Want {
+    uint64_t addr;
+    std::string function;
+  };
+  for (const Want& w : {Want{p.chain.leaf.addr, "symtest_split_z::dso_outer(SymtestChain*)"},
+                        Want{p.direct.addr, "symtest_split_z::dso_direct(SymtestProbe*)"},
+                        Want{p.local_function, "symtest_split_z::dso_local(int)"},
+                        Want{p.exported.addr, "symtest_split_z::Widget::probe(SymtestProbe*)"}}) {
+    const std::vector<Frame>& f = s.resolve(w.addr);
+    ASSERT_EQ(f.size(), 1u) << Dump(f);
+    EXPECT_EQ(f[0].function, w.function);
+    EXPECT_EQ(f[0].file, lib.path);
+    EXPECT_EQ(f[0].line, 0u);
+  }
+  EXPECT_EQ(g_inflate_inits, inits) << "compressed DWARF was opened";
+}
+
+// Asked for (the default, as offline), the compressed debug file gives full DWARF.
+TEST(Symbolizer, CompressedSeparateDebugInfoInflated) {
+  Library lib("split_z");
+  ASSERT_NE(lib.handle, nullptr) << dlerror();
+  int inits = g_inflate_inits;
+  Symbolizer s;
+  ExpectDwarfProbes(s, lib.probes, "symtest_split_z");
+  EXPECT_GT(g_inflate_inits, inits) << "the inflate counter saw nothing";
+}
+
+// An uncompressed debug file is read in full either way.
+TEST(Symbolizer, UncompressedSeparateDebugInfoAlwaysRead) {
+  Library lib("split");
+  ASSERT_NE(lib.handle, nullptr) << dlerror();
+  Symbolizer s(Options{.inflate_compressed_debug_files = false});
+  ExpectDwarfProbes(s, lib.probes, "symtest_split");
+}
+
+// So is compressed DWARF in the library itself (-gz): the user's own build.
+TEST(Symbolizer, CompressedDwarfInTheLibraryAlwaysRead) {
+  Library lib("gz");
+  ASSERT_NE(lib.handle, nullptr) << dlerror();
+  int inits = g_inflate_inits;
+  Symbolizer s(Options{.inflate_compressed_debug_files = false});
+  ExpectDwarfProbes(s, lib.probes, "symtest_gz");
+  EXPECT_GT(g_inflate_inits, inits) << "libsymtest_gz.so's DWARF is not compressed";
 }
 
 TEST(Symbolizer, StrippedLibrary) {
