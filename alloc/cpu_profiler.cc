@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <ctime>
 
@@ -20,6 +21,7 @@ namespace {
 
 Ring g_ring;
 int g_depth = 64;
+std::atomic<bool> g_sampled_yet{false};
 
 uint64_t monotonic_ns() {
   timespec ts;
@@ -55,6 +57,7 @@ void reset_after_fork() {
 void record_sample(const ucontext_t* uc, int overrun) {
   CpuThread& t = tls_cpu;
   uint64_t pos;
+  g_sampled_yet.store(true, std::memory_order_relaxed);
   auto* rec = static_cast<CpuRecord*>(g_ring.try_claim(&pos));
   if (!rec) return;  // full: counted by the ring
   rec->timestamp_ns = monotonic_ns();
@@ -70,6 +73,10 @@ void record_sample(const ucontext_t* uc, int overrun) {
   rec->depth = static_cast<uint32_t>(w.depth);
   rec->complete = w.complete;
   publish(pos);
+}
+
+bool sampled_yet() {
+  return g_sampled_yet.load(std::memory_order_relaxed);
 }
 
 void record_thread_exit() {

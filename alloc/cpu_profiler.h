@@ -57,6 +57,9 @@ void reset_after_fork();
 
 // The handler's work for one of d9's timer signals: timestamp, cpu, stack, push.
 void record_sample(const ucontext_t* uc, int overrun);
+// True once any thread has taken a CPU sample: the unwind tables are built only then, so
+// that a process too short-lived to be sampled never pays for them.
+bool sampled_yet();
 // Pushes the exiting thread's name (called before its timer is deleted).
 void record_thread_exit();
 

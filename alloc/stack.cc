@@ -1,6 +1,7 @@
 #include "alloc/stack.h"
 
 #include <dlfcn.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstdint>
@@ -18,6 +19,7 @@ namespace {
 using BacktraceFn = int (*)(void**, int);
 std::atomic<BacktraceFn> g_backtrace{nullptr};
 std::atomic<bool> g_loader_suspect{false};
+std::atomic<bool> g_waited_for_loader{false};  // this fork child's one wait is used up
 
 // Frames of the sampling path itself that sit above the caller: wrapper, sampled path,
 // capture. A little slack keeps the requested depth after they are dropped.
@@ -47,6 +49,7 @@ bool load_unwinder() {
 }
 
 void set_loader_suspect(bool suspect) {
+  if (suspect) g_waited_for_loader.store(false, std::memory_order_relaxed);
   g_loader_suspect.store(suspect, std::memory_order_release);
 }
 
@@ -65,14 +68,29 @@ __attribute__((noinline)) int walk_without_loader(void** pcs, int max) {
 
 }  // namespace
 
+// A fork child without unwind tables: waits (once, at most 20 ms) for the writer to show
+// the loader's lock free. True if it did.
+bool loader_cleared_after_wait() {
+  if (unwind::has_tables() || g_waited_for_loader.exchange(true, std::memory_order_relaxed)) {
+    return false;
+  }
+  timespec pause{0, 50 * 1000};
+  for (int i = 0; i < 400; ++i) {
+    if (!g_loader_suspect.load(std::memory_order_acquire)) return true;
+    nanosleep(&pause, nullptr);
+  }
+  return false;
+}
+
 int capture(uint64_t* out, int max_depth) {
   BacktraceFn backtrace = g_backtrace.load(std::memory_order_acquire);
   if (!backtrace || max_depth <= 0) return 0;
   if (max_depth > kMaxDepth) max_depth = kMaxDepth;
   void* pcs[kMaxDepth + kOwnFramesSlack];
-  int n = g_loader_suspect.load(std::memory_order_acquire)
-              ? walk_without_loader(pcs, max_depth + kOwnFramesSlack)
-              : backtrace(pcs, max_depth + kOwnFramesSlack);
+  bool suspect = g_loader_suspect.load(std::memory_order_acquire);
+  if (suspect && loader_cleared_after_wait()) suspect = false;
+  int n = suspect ? walk_without_loader(pcs, max_depth + kOwnFramesSlack)
+                  : backtrace(pcs, max_depth + kOwnFramesSlack);
   int first = 0;
   while (first < n && in_own_image(reinterpret_cast<uint64_t>(pcs[first]))) ++first;
   int depth = 0;

@@ -22,8 +22,10 @@ int capture(uint64_t* out, int max_depth);
 
 // A fork child may inherit the loader's lock (dl_iterate_phdr) held by a thread that does
 // not exist there, and libunwind takes it on a cache miss: until the writer has taken it
-// once (cpu::poll), capture() walks with the CPU sampler's tables instead (unwind.h),
-// which never touch the loader.
+// once (cpu::poll, first thing in the child's writer), capture() walks with the CPU
+// sampler's tables instead (unwind.h), which never touch the loader. Without tables (the
+// parent was never CPU-sampled, so never built them), the child's first capture waits up
+// to 20 ms for the writer's proof instead, once.
 void set_loader_suspect(bool suspect);
 
 }  // namespace d9::stack

@@ -119,6 +119,10 @@ void reset_after_fork() {
   g_readers.store(0, std::memory_order_relaxed);
 }
 
+bool has_tables() {
+  return g_current.load(std::memory_order_acquire) != nullptr;
+}
+
 // ---- writer side ---------------------------------------------------------------------
 
 struct ModuleMap::Scan {

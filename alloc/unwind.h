@@ -54,6 +54,9 @@ WalkResult walk(const Regs& regs, const StackBounds& stack, uint64_t* out, int m
 // Fork child: no handler of the parent's other threads is inside walk() any more.
 void reset_after_fork();
 
+// True once a snapshot of tables has been published (walk() uses frame pointers before).
+bool has_tables();
+
 // One module's executable range and table, as the handler reads it.
 struct Module {
   uint64_t start, end;  // executable bytes [start, end)

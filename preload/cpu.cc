@@ -227,14 +227,6 @@ void fork_prepare() {
     until.tv_nsec -= 1000000000L;
   }
   g_fork_locked = pthread_mutex_timedlock(&g_fork_mu, &until) == 0;
-  // A fork before the writer's first poll builds the tables here: the child's allocation
-  // stacks need them until its writer has shown the loader's lock to be free. The guard
-  // keeps d9's allocations unsampled: a sample would unwind with libunwind inside the
-  // loader's lock, which deadlocks with a dlopen in another thread.
-  if (g_fork_locked && g_modules->modules() == 0) {
-    ReentryGuard guard;
-    g_modules->refresh();
-  }
 }
 void fork_parent() {
   if (g_fork_locked) pthread_mutex_unlock(&g_fork_mu);
@@ -352,9 +344,10 @@ void start(uint64_t hz, uint32_t ring_slots, int stack_depth) {
     return;
   }
   g_timers = static_cast<std::atomic<uint64_t>*>(table);
-  // The unwind tables are built by the writer's first poll(), not here: building them takes
-  // ~10 ms, which the program would wait for at start-up. Until then (the first CPU sample
-  // comes after 10 ms of a thread's CPU time) stacks follow frame pointers only.
+  // The unwind tables are not built here: that takes 5-20 ms, which the program would wait
+  // for at start-up, and most short-lived processes are never sampled. The writer builds
+  // them after the first sample (which, like any before they are ready, follows frame
+  // pointers only and is counted as truncated).
   g_modules = new unwind::ModuleMap;
   pthread_atfork(fork_prepare, fork_parent, [] { pthread_mutex_init(&g_fork_mu, nullptr); });
 
@@ -452,7 +445,7 @@ void poll(const std::atomic<bool>* stop) {
     g_child_loader_call_ns.store(0, std::memory_order_release);
     stack::set_loader_suspect(false);
   }
-  g_modules->refresh(stop);
+  if (g_modules->modules() != 0 || sampled_yet()) g_modules->refresh(stop);
   pthread_mutex_unlock(&g_fork_mu);
   if (g_state.load(std::memory_order_acquire) != kOn) return;
   struct sigaction current;

@@ -419,7 +419,7 @@ void* writer_main(void*) {
   g_writer = w;
   w->dir = std::string(g_options.output) + "/" + g_boot_id;
   w->metadata = build_metadata();
-  cpu::poll(&g_stop);  // builds the unwind tables for CPU samples now, not after the first wait
+  cpu::poll(&g_stop);  // a fork child's allocation stacks wait for its proof of the loader
 
   while (!g_stop.load(std::memory_order_acquire) &&
          g_state.load(std::memory_order_acquire) == kOn) {
@@ -502,6 +502,7 @@ __attribute__((constructor)) void d9_start() {
   cpu::start(g_options.cpu_hz, static_cast<uint32_t>(g_options.ring_slots),
              alloc::settings().stack_depth);
   pthread_atfork(tools_fork_prepare, tools_fork_parent, [] {
+    ReentryGuard guard;  // d9's allocations here are not the program's
     tools_fork_child();
     on_fork_child();
   });
