@@ -16,6 +16,7 @@
 #include <cstring>
 #include <ctime>
 #include <string>
+#include <vector>
 
 #include "alloc/collector.h"
 #include "alloc/cpu_collector.h"
@@ -136,6 +137,7 @@ struct Writer {
   StringMap metadata;
   SealTools* tools = nullptr;  // loaded at the first seal that needs it
   bool tools_tried = false;
+  bool warm_up_started = false;    // see warm_up_for_children()
   uint64_t segments_dropped = 0;   // lost to write errors (full disk, ...)
   uint64_t retry_after_ns = 0;     // back-off after a failed open or write
   uint64_t last_error_log_ns = 0;  // write errors are reported at most once a minute
@@ -249,7 +251,10 @@ pthread_mutex_t g_tools_mu = PTHREAD_MUTEX_INITIALIZER;
 bool g_tools_held_for_fork = false;
 SealTools* g_tools_for_child = nullptr;  // what the next fork child's writer starts with
 
+std::atomic<bool> g_has_forked{false};  // this process has forked: warm the tools up
+
 void tools_fork_prepare() {
+  g_has_forked.store(true, std::memory_order_relaxed);
   g_tools_held_for_fork = false;
   g_tools_for_child = nullptr;
   timespec until = deadline_after(50 * 1000 * 1000);
@@ -263,6 +268,7 @@ void tools_fork_parent() {
 }
 
 void tools_fork_child() {
+  g_has_forked.store(false, std::memory_order_relaxed);
   pthread_mutex_init(&g_tools_mu, nullptr);
   if (!g_tools_held_for_fork) g_tools_for_child = nullptr;
 }
@@ -276,6 +282,54 @@ SealTools* seal_tools(Writer& w) {
     if (!w.tools) log::line("segments are sealed without symbols or compression: ", why.c_str());
   }
   return w.tools;
+}
+
+// A process that forks gets its seal tools loaded and its current addresses symbolized
+// early, by a thread of its own, so that children forked from then on inherit warm caches
+// (module symbol tables, DWARF unit indexes) instead of building them again at their exit:
+// the same work the process would do at its own first seal, done once for all of them.
+// g_tools_mu is taken per chunk of addresses, so a fork waits for one chunk at most.
+struct WarmUp {
+  Writer* writer;
+  std::vector<uint64_t> addresses;
+};
+
+void* warm_up_main(void* arg) {
+  tls_state.internal = 1;  // never sample d9's own allocations
+  auto* job = static_cast<WarmUp*>(arg);
+  constexpr size_t kChunk = 64;
+  for (size_t i = 0; i == 0 || i < job->addresses.size(); i += kChunk) {
+    if (g_stop.load(std::memory_order_acquire)) break;
+    pthread_mutex_lock(&g_tools_mu);
+    SealTools* tools = seal_tools(*job->writer);
+    if (tools && i == 0) tools->refresh_modules();
+    size_t end = std::min(i + kChunk, job->addresses.size());
+    for (size_t k = i; tools && k < end; ++k) tools->resolve(job->addresses[k]);
+    pthread_mutex_unlock(&g_tools_mu);
+    if (!tools) break;
+  }
+  delete job;
+  return nullptr;
+}
+
+void warm_up_for_children(Writer& w) {
+  if (w.warm_up_started || !g_has_forked.load(std::memory_order_relaxed)) return;
+  w.warm_up_started = true;
+  auto* job = new WarmUp{&w, {}};
+  if (g_options.symbolize != Symbolize::kOff && w.segment.is_open()) {
+    const auto& seen = w.segment.events().frame_addresses();
+    job->addresses.assign(seen.begin(), seen.end());
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // the host's signals are not for d9's threads
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  if (cpu::create_internal_thread(&thread, &attr, warm_up_main, job) != 0) delete job;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
 // Deletes the oldest sealed segments while this process's total exceeds D9_MAX_TOTAL_SIZE.
@@ -427,6 +481,7 @@ void* writer_main(void*) {
     if (g_stop.load(std::memory_order_acquire)) break;
     cpu::poll(&g_stop);
     write_pending(*w);
+    warm_up_for_children(*w);
     serve(g_modules_request, [&] {
       pthread_mutex_lock(&g_tools_mu);
       if (SealTools* tools = seal_tools(*w)) tools->refresh_modules();
