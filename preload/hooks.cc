@@ -561,6 +561,33 @@ D9_EXPORT int dlclose(void* handle) {
   return rc;
 }
 
+// ---- user and group changes: the output follows the process ----------------------------
+// A server started as root that switches to another user (nginx's, apache's and postgres's
+// workers) could no longer create files in its own output directory. Before root gives
+// its effective user or group away, the writer hands the directory over to them.
+
+namespace {
+constexpr uid_t kKeepUid = static_cast<uid_t>(-1);
+constexpr gid_t kKeepGid = static_cast<gid_t>(-1);
+}  // namespace
+
+#define D9_ID_WRAPPER(name, params, args, uid, gid)  \
+  D9_EXPORT int name params noexcept {               \
+    using Fn = int(*) params;                        \
+    static const auto real = next_symbol<Fn>(#name); \
+    d9::runtime::before_id_change(uid, gid);         \
+    return real args;                                \
+  }
+D9_ID_WRAPPER(setuid, (uid_t u), (u), u, kKeepGid)
+D9_ID_WRAPPER(seteuid, (uid_t e), (e), e, kKeepGid)
+D9_ID_WRAPPER(setreuid, (uid_t r, uid_t e), (r, e), e, kKeepGid)
+D9_ID_WRAPPER(setresuid, (uid_t r, uid_t e, uid_t s), (r, e, s), e, kKeepGid)
+D9_ID_WRAPPER(setgid, (gid_t g), (g), kKeepUid, g)
+D9_ID_WRAPPER(setegid, (gid_t e), (e), kKeepUid, e)
+D9_ID_WRAPPER(setregid, (gid_t r, gid_t e), (r, e), kKeepUid, e)
+D9_ID_WRAPPER(setresgid, (gid_t r, gid_t e, gid_t s), (r, e, s), kKeepUid, e)
+#undef D9_ID_WRAPPER
+
 // ---- threads and SIGPROF: CPU sampling (preload/cpu.h) ------------------------------
 // pthread_create arms the new thread's CPU-time timer before the host's start routine
 // runs, so no thread's first CPU goes unsampled and no timer outlives its thread; the

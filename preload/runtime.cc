@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -158,6 +159,8 @@ struct Request {
 };
 Request g_seal_request;
 Request g_modules_request;
+Request g_owner_request;  // hand the output over to a new user/group (before_id_change)
+std::atomic<uint32_t> g_new_uid{UINT32_MAX}, g_new_gid{UINT32_MAX};
 pid_t g_writer_pid = 0;  // process the writer belongs to
 bool g_writer_started = false;
 
@@ -170,7 +173,7 @@ void init_sync() {
   pthread_condattr_destroy(&attr);
   g_stop.store(false);
   g_done = false;
-  for (Request* r : {&g_seal_request, &g_modules_request}) {
+  for (Request* r : {&g_seal_request, &g_modules_request, &g_owner_request}) {
     r->requested.store(0);
     r->done = 0;
   }
@@ -186,11 +189,15 @@ timespec deadline_after(long ns) {
   return ts;
 }
 
+// The process's own directory is 0700; directories above it that d9 creates are 0711, so
+// that a process which switches to another user can still reach its own directory,
+// while nobody else can list them.
 bool make_dirs(const std::string& path) {
   for (size_t i = 1; i <= path.size(); ++i) {
     if (i != path.size() && path[i] != '/') continue;
     std::string prefix = path.substr(0, i);
-    if (mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) return false;
+    mode_t mode = i == path.size() ? 0700 : 0711;
+    if (mkdir(prefix.c_str(), mode) != 0 && errno != EEXIST) return false;
   }
   struct stat st;
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -330,6 +337,27 @@ void warm_up_for_children(Writer& w) {
   if (cpu::create_internal_thread(&thread, &attr, warm_up_main, job) != 0) delete job;
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+// Writer, for before_id_change: gives the process's directory and files to the new owner,
+// then creates the next ones as that owner (the file-system ids are per thread; the
+// program's own call then changes them for every thread anyway).
+void hand_over_output(Writer& w) {
+  auto uid = static_cast<uid_t>(g_new_uid.load(std::memory_order_acquire));
+  auto gid = static_cast<gid_t>(g_new_gid.load(std::memory_order_acquire));
+  if (!make_dirs(w.dir)) return;  // opened by the new owner otherwise, who cannot create it
+  bool ok = lchown(w.dir.c_str(), uid, gid) == 0;
+  if (DIR* dir = opendir(w.dir.c_str())) {
+    while (dirent* e = readdir(dir)) {
+      if (e->d_name[0] == '.') continue;
+      ok &= fchownat(dirfd(dir), e->d_name, uid, gid, AT_SYMLINK_NOFOLLOW) == 0;
+    }
+    closedir(dir);
+  }
+  if (!ok)
+    log_rate_limited(w, "cannot hand " + w.dir + " over to the new user: " + strerror(errno));
+  if (gid != static_cast<gid_t>(-1)) syscall(SYS_setfsgid, gid);
+  if (uid != static_cast<uid_t>(-1)) syscall(SYS_setfsuid, uid);
 }
 
 // Deletes the oldest sealed segments while this process's total exceeds D9_MAX_TOTAL_SIZE.
@@ -488,6 +516,7 @@ void* writer_main(void*) {
       pthread_mutex_unlock(&g_tools_mu);
     });
     serve(g_seal_request, [&] { seal(*w); });  // before exec: next events, next segment
+    serve(g_owner_request, [&] { hand_over_output(*w); });
   }
 
   w->retry_after_ns = 0;
@@ -605,6 +634,16 @@ void before_exec() {
 
 void before_dlclose() {
   ask_writer(g_modules_request, 1);
+}
+
+void before_id_change(uid_t uid, gid_t gid) {
+  if (geteuid() != 0) return;  // only root can give files away
+  bool new_user = uid != static_cast<uid_t>(-1) && uid != 0;
+  bool new_group = gid != static_cast<gid_t>(-1) && gid != getegid();
+  if (!new_user && !new_group) return;
+  g_new_uid.store(new_user ? uid : UINT32_MAX, std::memory_order_release);
+  g_new_gid.store(new_group ? gid : UINT32_MAX, std::memory_order_release);
+  ask_writer(g_owner_request, 1);
 }
 
 bool at_sample_point(size_t size) {

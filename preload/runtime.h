@@ -7,6 +7,8 @@
 // writer thread; samples taken before that wait in the ring.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 
 #include "preload/options.h"
@@ -28,6 +30,12 @@ void before_exec();
 // mapped now, so the library's addresses in samples still resolve at the next seal.
 // Waits a bounded time; does nothing on d9's own threads or in a vfork child.
 void before_dlclose();
+
+// Called by the set*id family before the effective user or group changes ((uid_t)-1 and
+// (gid_t)-1: unchanged). When root gives them away, the writer chowns the process's output
+// directory and files to the new owner and creates its next files as that owner, so a
+// worker that drops privileges keeps writing its trace. Waits a bounded time.
+void before_id_change(uid_t uid, gid_t gid);
 
 // The options in force (valid once start-up has run).
 const Options& options();

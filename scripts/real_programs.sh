@@ -345,9 +345,12 @@ redis_session() { # runs in $RUN_DIR; N LIBD9
 # nginx configuration: a non-daemon master with 2 workers serving ROOT/www on PORT.
 nginx_conf() { # ROOT PORT
   local user=
-  # As root, nginx would switch the workers to `nobody`, which can neither read the work
-  # directory nor write d9's output in it.
-  if [[ $(id -u) == 0 ]]; then user="user root root;"; fi
+  # As root, nginx switches the workers to `nobody`, as in production: d9 hands each
+  # worker's output directory over to it. The work directory must let it through.
+  if [[ $(id -u) == 0 ]]; then
+    user="user nobody nogroup;"
+    chmod o+x "$1" "$1/.." "$1/../.."  # ROOT is $WORK/NAME-RATE/{plain,d9}
+  fi
   cat <<EOF
 $user
 daemon off;
@@ -398,7 +401,8 @@ EOF
 # nginx: the bytes served (plain and gzip'd) by checksum, then wrk for SECS seconds: no
 # non-2xx response or socket error, every request logged 200, a clean graceful stop. The
 # session runs without d9; in the d9 run (D9_OUTPUT set) nginx is preloaded with LIBD9,
-# and the master and every worker must have left segments.
+# and every worker must have left segments (the master, which only reads its configuration,
+# may sample nothing at the default rate).
 nginx_session() { # runs in $RUN_DIR; SECS of wrk, LIBD9
   local secs=$1 port pid workers server=()
   if [[ -n ${D9_OUTPUT:-} ]]; then server=(env "LD_PRELOAD=$2"); fi
@@ -449,7 +453,7 @@ nginx_session() { # runs in $RUN_DIR; SECS of wrk, LIBD9
     "$RUN_DIR/access.log"
   if [[ -n ${D9_OUTPUT:-} ]]; then
     local w
-    for w in $pid $workers; do
+    for w in $workers; do
       if ! compgen -G "$D9_OUTPUT/*-$w/trace.*" >/dev/null; then
         echo "nginx process $w left no segment" >&2
         exit 3

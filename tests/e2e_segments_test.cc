@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -694,6 +695,71 @@ TEST_F(E2ESegments, ForkedChildrenWriteTheirOwnDirectories) {
   EXPECT_EQ(pids_seen.size(), 4u);
 }
 
+// A worker forked by root that switches to another user, as nginx's, apache's and
+// postgres's do: d9 hands the worker's directory over before the switch, and the worker
+// keeps writing (and rotating) its segments as the new user.
+TEST_F(E2ESegments, WorkerThatDropsRootKeepsWritingItsTrace) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  constexpr unsigned kNobody = 65534;
+  ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);  // the new user must reach D9_OUTPUT below it
+  std::string out = dir_ + "/out";          // created by d9
+  std::string id = std::to_string(kNobody);
+  RunResult r = run({subject(), "drop-user", id, id},
+                    {"D9_OUTPUT=" + out, "D9_SAMPLE_RATE=4096", "D9_MAX_FILE_SIZE=8192"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.err, "");
+  std::string worker, parent;
+  {
+    std::istringstream in(r.out);
+    std::string word;
+    while (in >> word) {
+      if (word == "worker") in >> worker;
+      if (word == "parent") in >> parent;
+    }
+  }
+  ASSERT_FALSE(worker.empty()) << r.out;
+  struct stat st;
+  ASSERT_EQ(stat(out.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0711u) << "listing stays closed to others";
+
+  std::string worker_dir, parent_dir;
+  for (const std::string& d : list_dirs(out)) {
+    std::string pid = basename_of(d).substr(5);
+    if (pid == worker) worker_dir = d;
+    if (pid == parent) parent_dir = d;
+  }
+  ASSERT_FALSE(worker_dir.empty());
+  ASSERT_EQ(stat(worker_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kNobody);
+  EXPECT_EQ(st.st_gid, kNobody);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  if (!parent_dir.empty()) {  // the parent allocates little; it may have sampled nothing
+    ASSERT_EQ(stat(parent_dir.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0u) << "the parent stays root";
+  }
+
+  std::map<long, std::string> segs = sealed_by_index(worker_dir);
+  EXPECT_GE(segs.size(), 3u) << "rotated as the new user";
+  uint64_t samples = 0;
+  for (auto& [index, path] : segs) {
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, kNobody) << path;
+    Segment s = load(path);
+    expect_self_contained(s);
+    for (const decode::AllocEvent& a : s.trace.allocs) {
+      if (a.size != 7007) continue;
+      ++samples;
+      auto stack = s.trace.stack(a.stack);
+      ASSERT_GE(stack.size(), 2u);
+      auto up = s.symbols.find(stack[1]);  // steady_leaf, then the worker's site
+      ASSERT_TRUE(up != s.symbols.end());
+      EXPECT_EQ(up->second[0].name, "worker_site(int)");
+    }
+  }
+  // 4000 blocks of 7007 bytes at a 4096-byte rate: each sampled with p = 1 - e^(-7007/4096).
+  EXPECT_NEAR(static_cast<double>(samples), 4000 * (1 - std::exp(-7007.0 / 4096)), 150);
+}
+
 // exec without fork: the old image's segment is sealed (symbolized, compressed) before the
 // image is replaced, and the new image is profiled into a directory of its own.
 TEST_F(E2ESegments, ExecSealsTheOldImageAndProfilesTheNewOne) {
@@ -802,12 +868,13 @@ TEST_F(E2ESegments, PrivateModesAndNoDescriptorLeaksIntoExecdChildren) {
   EXPECT_GE(fds_by_tag["spawn"], 3) << r.out;
   EXPECT_GE(fds_by_tag["exec"], 3) << r.out;
 
-  // Directories d9 created are 0700, files 0600.
+  // Process directories d9 created are 0700, files 0600; the directories above them that
+  // d9 created are 0711 (passable, not listable: see WorkerThatDropsRootKeepsWritingItsTrace).
   int dirs = 0, files = 0;
   for (const std::string& d : {dir_ + "/nested", out}) {
     struct stat st;
     ASSERT_EQ(stat(d.c_str(), &st), 0) << d;
-    EXPECT_EQ(st.st_mode & 07777, 0700u) << d;
+    EXPECT_EQ(st.st_mode & 07777, 0711u) << d;
   }
   for (auto& e : fs::recursive_directory_iterator(out)) {
     struct stat st;

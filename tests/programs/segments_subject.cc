@@ -187,6 +187,37 @@ int fork_children() {
   return failures == 0 ? 0 : 1;
 }
 
+// ---- drop-user -----------------------------------------------------------------------------
+
+constexpr size_t kWorkerSize = 7007;  // only the worker allocates this size
+
+__attribute__((noinline)) void worker_site(int n) {
+  for (int i = 0; i < n; ++i) free(steady_leaf(kWorkerSize));
+  asm volatile("" ::: "memory");
+}
+
+// A server's worker: forked by root, switches to `uid`:`gid` (group first, as servers do),
+// then allocates across several segments, created as the new user.
+int drop_user(uid_t uid, gid_t gid) {
+  fflush(stdout);
+  pid_t pid = fork();
+  if (pid < 0) return 1;
+  if (pid == 0) {
+    if (setgid(gid) != 0 || setuid(uid) != 0) _exit(2);
+    if (getuid() != uid || geteuid() != uid) _exit(3);
+    printf("worker %d\n", static_cast<int>(getpid()));
+    for (int round = 0; round < 20; ++round) {
+      worker_site(200);
+      usleep(20 * 1000);
+    }
+    exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  printf("parent %d\n", static_cast<int>(getpid()));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
 // ---- fds ----------------------------------------------------------------------------------
 
 int list_fds(const char* tag) {
@@ -330,6 +361,9 @@ int main(int argc, char** argv) {
   if (mode == "golden" && argc == 4) return golden::run(argv[2], strcmp(argv[3], "unload") == 0);
   if (mode == "steady" && argc == 4) return steady(atof(argv[2]), strtoul(argv[3], nullptr, 10));
   if (mode == "fork") return fork_children();
+  if (mode == "drop-user" && argc == 4) {
+    return drop_user(static_cast<uid_t>(atoi(argv[2])), static_cast<gid_t>(atoi(argv[3])));
+  }
   if (mode == "fds" && argc == 3) return fds(argv[2]);
   if (mode == "list-fds" && argc == 3) return list_fds(argv[2]);
   if (mode == "exec" && argc == 3) return exec_self(argv[2]);
