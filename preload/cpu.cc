@@ -437,8 +437,8 @@ void poll(const std::atomic<bool>* stop) {
   if (!g_modules) return;
   pthread_mutex_lock(&g_fork_mu);
   if (g_in_fork_child) {
-    // Takes the loader's lock once, cheaply: then allocation stacks may use it again,
-    // without waiting for the tables a child forked early must still build (~10 ms).
+    // Takes the loader's lock once, cheaply, before any table work: from then on the
+    // child's allocation stacks may use libunwind (and the loader) again.
     g_child_loader_call_ns.store(now_ns(), std::memory_order_release);
     dl_iterate_phdr([](dl_phdr_info*, size_t, void*) { return 1; }, nullptr);
     g_in_fork_child = false;
