@@ -291,6 +291,22 @@ SealTools* seal_tools(Writer& w) {
   return w.tools;
 }
 
+// A detached thread of d9's own: it never receives the host's signals (all are blocked in
+// it), and it is not started through d9's pthread_create hook, so it gets no CPU timer.
+bool start_d9_thread(void* (*fn)(void*), void* arg) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  bool started = cpu::create_internal_thread(&thread, &attr, fn, arg) == 0;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return started;
+}
+
 // A process that forks gets its seal tools loaded and its current addresses symbolized
 // early, by a thread of its own, so that children forked from then on inherit warm caches
 // (module symbol tables, DWARF unit indexes) instead of building them again at their exit:
@@ -327,16 +343,7 @@ void warm_up_for_children(Writer& w) {
     const auto& seen = w.segment.events().frame_addresses();
     job->addresses.assign(seen.begin(), seen.end());
   }
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);  // the host's signals are not for d9's threads
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_t thread;
-  if (cpu::create_internal_thread(&thread, &attr, warm_up_main, job) != 0) delete job;
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (!start_d9_thread(warm_up_main, job)) delete job;
 }
 
 // Writer, for before_id_change: gives the process's directory and files to the new owner,
@@ -531,18 +538,7 @@ void* writer_main(void*) {
 
 void start_writer() {
   init_sync();
-  // The writer must never receive the host's signals: block them all in the new thread.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_t thread;
-  // Not through d9's own pthread_create hook: the writer never gets a CPU timer.
-  g_writer_started = cpu::create_internal_thread(&thread, &attr, writer_main, nullptr) == 0;
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  g_writer_started = start_d9_thread(writer_main, nullptr);
   if (!g_writer_started) turn_off("cannot start the writer thread");
 }
 
