@@ -321,6 +321,8 @@ void* warm_up_main(void* arg) {
   tls_state.internal = 1;  // never sample d9's own allocations
   auto* job = static_cast<WarmUp*>(arg);
   constexpr size_t kChunk = 64;
+  // At least one pass, even without addresses: loaded tools alone spare each child the
+  // dlopen of libd9_seal.so and libdw.
   for (size_t i = 0; i == 0 || i < job->addresses.size(); i += kChunk) {
     if (g_stop.load(std::memory_order_acquire)) break;
     pthread_mutex_lock(&g_tools_mu);
