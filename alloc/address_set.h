@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "alloc/ring.h"  // prefetch_for_write
+
 namespace d9::alloc {
 
 class AddressSet {
@@ -59,6 +61,9 @@ class AddressSet {
     }
     return false;
   }
+
+  // Starts loading addr's bucket ahead of an insert or erase.
+  void prefetch(uint64_t addr) const { prefetch_for_write(&bucket(addr)); }
 
   bool contains(uint64_t addr) const {
     const Bucket& b = bucket(addr);

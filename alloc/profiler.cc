@@ -23,15 +23,15 @@ namespace {
 Settings g_settings;
 Rings g_rings;
 AddressSet g_sampled_set;
-std::atomic<uint64_t> g_alloc_samples{0};
 std::atomic<uint64_t> g_untracked{0};
-std::atomic<uint64_t> g_frees_seen{0};
 
 // Address space reserved for the sampled arena; pages are committed only as used.
 constexpr size_t kSampledHeapReserve = 256ULL << 30;
 // Sampled-address set: 32768 buckets x 8 ways (2 MiB) tracks ~100k live samples (50 GB of
 // live heap at the default rate) with a negligible chance of a full bucket.
 constexpr size_t kAddressSetBuckets = 32768;
+// The header line and the first 19 frames of an alloc record.
+constexpr int kAllocLinesToWarm = 3;
 std::atomic<uint64_t> g_thread_index{0};
 std::atomic<uint32_t> g_nudges{0};  // futex word the writer sleeps on
 
@@ -78,9 +78,14 @@ Rings& rings() {
 }
 
 Counters counters() {
-  return {g_alloc_samples.load(std::memory_order_relaxed),
+  // Taken from the rings rather than from counters of their own: every sample and every
+  // tracked free claims a slot or is counted as dropped, so the hot path pays no extra
+  // shared atomic. A free that finds the first ring full is counted by it and retried on
+  // the overflow ring, so only the overflow ring's drops are losses.
+  return {g_rings.allocs.claimed() + g_rings.allocs.dropped(),
           g_untracked.load(std::memory_order_relaxed),
-          g_frees_seen.load(std::memory_order_relaxed)};
+          g_rings.frees.claimed() + g_rings.frees_overflow.claimed() +
+              g_rings.frees_overflow.dropped()};
 }
 
 bool take_sample(ThreadState& t) {
@@ -100,24 +105,28 @@ bool start_thread(ThreadState& t, size_t size) {
 void record_alloc(const void* ptr, size_t size) {
   ReentryGuard guard;
   if (guard.nested()) return;
-  g_alloc_samples.fetch_add(1, std::memory_order_relaxed);
+  const auto addr = reinterpret_cast<uint64_t>(ptr);
+  if (g_settings.liveset) g_sampled_set.prefetch(addr);  // its line is cold: 2 MiB, random
   Ring& ring = g_rings.allocs;
   uint64_t pos;
   auto* rec = static_cast<AllocRecord*>(ring.try_claim(&pos));
   if (!rec) return;  // full: counted by the ring, reported as dropped_allocs
   rec->timestamp_ns = now_ns();
-  rec->addr = reinterpret_cast<uint64_t>(ptr);
+  // Tracked only once its AllocEvent is certain (the slot is claimed), so every tracked
+  // free has an alloc to match. Entered before the pointer reaches the program, so no free
+  // can precede it. Outside the sampled arena (arena exhausted, or a caller's own mallocx
+  // arena) or in a full bucket, its free cannot be reported: counted as a dropped free.
+  // Done before the frames are written: the insert's locked instruction would wait for
+  // those stores to drain.
+  if (g_settings.liveset && !(maybe_sampled(ptr) && g_sampled_set.insert(addr))) {
+    g_untracked.fetch_add(1, std::memory_order_relaxed);
+  }
+  rec->addr = addr;
   rec->size = size;
   rec->tid = tls_state.tid;
   rec->depth = static_cast<uint32_t>(stack::capture(rec->frames(), g_settings.stack_depth));
-  // Tracked only once its AllocEvent is certain, so every tracked free has an alloc to
-  // match. Entered before the pointer reaches the program, so no free can precede it.
-  // Outside the sampled arena (arena exhausted, or a caller's own mallocx arena) or in a
-  // full bucket, its free cannot be reported: counted as a dropped free.
-  if (g_settings.liveset && !(maybe_sampled(ptr) && g_sampled_set.insert(rec->addr))) {
-    g_untracked.fetch_add(1, std::memory_order_relaxed);
-  }
   ring.publish(pos);
+  ring.prefetch_next(kAllocLinesToWarm);  // for the next sample, thousands of bytes away
   if ((pos & (ring.capacity() / 4 - 1)) == 0) nudge_writer();
 }
 
@@ -132,7 +141,6 @@ void retrack_sampled(const void* ptr) {
 }
 
 void push_free(const void* ptr, uint64_t timestamp_ns) {
-  g_frees_seen.fetch_add(1, std::memory_order_relaxed);
   if (tls_state.tid == 0) tls_state.tid = static_cast<uint32_t>(syscall(SYS_gettid));
   uint64_t pos;
   Ring* ring = &g_rings.frees;
@@ -147,6 +155,7 @@ void push_free(const void* ptr, uint64_t timestamp_ns) {
   rec->addr = reinterpret_cast<uint64_t>(ptr);
   rec->tid = tls_state.tid;
   ring->publish(pos);
+  g_rings.frees.prefetch_next(1);
   if ((pos & (ring->capacity() / 4 - 1)) == 0) nudge_writer();
 }
 
@@ -172,9 +181,7 @@ void reset_after_fork() {
   // The child inherits the parent's sampled heap, but not its writer's live set: frees of
   // inherited samples are simply not reported.
   g_sampled_set.clear();
-  g_alloc_samples.store(0);
   g_untracked.store(0);
-  g_frees_seen.store(0);
   tls_state.tid = static_cast<uint32_t>(syscall(SYS_gettid));
 }
 

@@ -122,6 +122,7 @@ void run_mpsc(uint32_t slots, int producers, uint64_t per_producer) {
   EXPECT_FALSE(corrupt);
   EXPECT_FALSE(duplicate);
   EXPECT_EQ(delivered + ring.dropped(), producers * per_producer);
+  EXPECT_EQ(ring.claimed(), delivered);  // what counters() reports as samples taken
 }
 
 TEST(Ring, ManyProducersTinyRingCountsEveryDrop) {
