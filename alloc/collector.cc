@@ -17,10 +17,6 @@ uint64_t dropped_frees(const Rings& rings, const Counters& c) {
 // A free waits this many drains (~1 s at the 5 ms interval) for its allocation.
 constexpr uint32_t kMaxDrainsPending = 200;
 
-std::span<const uint64_t> frames_of(const std::string& bytes) {
-  return {reinterpret_cast<const uint64_t*>(bytes.data()), bytes.size() / sizeof(uint64_t)};
-}
-
 }  // namespace
 
 bool Collector::pending(const Rings& rings, const Counters& c) const {
@@ -48,21 +44,21 @@ void Collector::copy_out(Ring& ring, bool is_free) {
   }
 }
 
-uint32_t Collector::stack_index(const uint64_t* frames, uint32_t depth) {
-  stack_key_.assign(reinterpret_cast<const char*>(frames), depth * sizeof(uint64_t));
-  auto [it, inserted] = stack_ids_.try_emplace(stack_key_, static_cast<uint32_t>(stacks_.size()));
-  if (inserted) stacks_.push_back(stack_key_);
-  return it->second;
-}
-
 uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
   batch_.clear();
   order_.clear();
+  // order_ takes one run per source; runs[i] is where run i starts.
+  size_t runs[5];
+  int run_count = 0;
   // Frees first: a free seen now belongs to an allocation published before it happened,
   // so draining allocations afterwards guarantees its AllocEvent is in this batch.
+  runs[run_count++] = order_.size();
   copy_out(rings.frees, true);
+  runs[run_count++] = order_.size();
   copy_out(rings.frees_overflow, true);
+  runs[run_count++] = order_.size();
   copy_out(rings.allocs, false);
+  runs[run_count++] = order_.size();
   for (const PendingFree& p : pending_frees_) {
     order_.push_back(
         {p.record.timestamp_ns, static_cast<uint32_t>(batch_.size()), true, p.drains_waited + 1});
@@ -70,11 +66,20 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
     batch_.insert(batch_.end(), bytes, bytes + sizeof(FreeRecord));
   }
   pending_frees_.clear();
+  runs[run_count++] = order_.size();
   // Timestamp order across threads and rings; at equal times a free goes first (the
-  // address can only be reused after it was freed).
-  std::sort(order_.begin(), order_.end(), [](const Item& a, const Item& b) {
+  // address can only be reused after it was freed). Each run is in claim order, which is
+  // time order but for threads that claimed close together: sorting it is mostly a check,
+  // and merging the runs is linear.
+  auto by_time = [](const Item& a, const Item& b) {
     return a.ts != b.ts ? a.ts < b.ts : a.is_free > b.is_free;
-  });
+  };
+  for (int i = 0; i + 1 < run_count; ++i) {
+    auto first = order_.begin() + static_cast<ptrdiff_t>(runs[i]);
+    auto last = order_.begin() + static_cast<ptrdiff_t>(runs[i + 1]);
+    if (!std::is_sorted(first, last, by_time)) std::sort(first, last, by_time);
+    if (i > 0) std::inplace_merge(order_.begin(), first, last, by_time);
+  }
 
   Encoder& enc = segment.events();
   const bool liveset = settings().liveset;
@@ -107,8 +112,8 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
       const auto* a = reinterpret_cast<const AllocRecord*>(rec);
       enc.alloc_event(a->timestamp_ns, a->tid, a->size, a->addr, {a->frames(), a->depth});
       if (liveset && maybe_sampled(reinterpret_cast<const void*>(a->addr))) {
-        live_.emplace(a->addr,
-                      Live{a->timestamp_ns, a->size, a->tid, stack_index(a->frames(), a->depth)});
+        live_.emplace(a->addr, Live{a->timestamp_ns, a->size, a->tid,
+                                    stacks_.intern({a->frames(), a->depth}).id});
       }
     }
     ++written;
@@ -135,7 +140,7 @@ uint64_t Collector::write_live_set(Encoder& enc) const {
   std::sort(by_time.begin(), by_time.end(),
             [](const auto& a, const auto& b) { return a.second->alloc_ts < b.second->alloc_ts; });
   for (const auto& [addr, l] : by_time) {
-    enc.live_allocation(l->tid, l->size, addr, l->alloc_ts, frames_of(stacks_[l->stack]));
+    enc.live_allocation(l->tid, l->size, addr, l->alloc_ts, stacks_.frames(l->stack));
   }
   return by_time.size();
 }
@@ -143,7 +148,6 @@ uint64_t Collector::write_live_set(Encoder& enc) const {
 void Collector::reset() {
   live_.clear();
   pending_frees_.clear();
-  stack_ids_.clear();
   stacks_.clear();
   reported_dropped_allocs_ = 0;
   reported_dropped_frees_ = 0;

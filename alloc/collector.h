@@ -4,13 +4,13 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "alloc/profiler.h"
 #include "alloc/records.h"
 #include "writer/segment.h"
+#include "writer/stack_table.h"
 
 namespace d9::alloc {
 
@@ -37,7 +37,7 @@ class Collector {
     uint64_t alloc_ts;
     uint64_t size;
     uint32_t tid;
-    uint32_t stack;  // index into stacks_
+    uint32_t stack;  // id in stacks_
   };
   struct Item {
     uint64_t ts;
@@ -47,7 +47,6 @@ class Collector {
   };
 
   void copy_out(Ring& ring, bool is_free);
-  uint32_t stack_index(const uint64_t* frames, uint32_t depth);
 
   std::vector<uint8_t> batch_;  // copies of the drained records
   std::vector<Item> order_;
@@ -64,9 +63,7 @@ class Collector {
   // may briefly hold several incarnations; a free pairs with the newest one before it.
   std::unordered_multimap<uint64_t, Live> live_;
   // Stacks of live allocations, kept across segments for the live set at each seal.
-  std::unordered_map<std::string, uint32_t> stack_ids_;
-  std::vector<std::string> stacks_;
-  std::string stack_key_;
+  StackTable stacks_;
   uint64_t reported_dropped_allocs_ = 0;
   uint64_t reported_dropped_frees_ = 0;
   uint64_t unmatched_frees_ = 0;

@@ -116,6 +116,33 @@ TEST(Encoder, StacksAndStringsArePooledOncePerSubStream) {
   EXPECT_EQ(t.unresolved_refs, 0u);
 }
 
+TEST(StackTable, IdsFollowFirstAppearanceAcrossGrowthAndClear) {
+  StackTable table;
+  std::vector<std::vector<uint64_t>> stacks;
+  for (uint64_t i = 0; i < 5000; ++i) {  // grows the slot array several times
+    stacks.push_back({0x400000 + i % 97, 0x500000 + i / 97, i});
+  }
+  stacks.push_back({});                    // the empty stack is a stack too
+  stacks.push_back({0x400000, 0x500000});  // a prefix of stacks[0]
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    StackTable::Interned in = table.intern(stacks[i]);
+    EXPECT_TRUE(in.inserted) << i;
+    EXPECT_EQ(in.id, i);
+  }
+  ASSERT_EQ(table.size(), stacks.size());
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    StackTable::Interned again = table.intern(stacks[i]);
+    EXPECT_FALSE(again.inserted) << i;
+    EXPECT_EQ(again.id, i);
+    EXPECT_TRUE(std::ranges::equal(table.frames(again.id), stacks[i])) << i;
+  }
+  table.clear();
+  EXPECT_EQ(table.size(), 0u);
+  EXPECT_EQ(table.intern(stacks[7]).id, 0u);
+  EXPECT_EQ(table.intern(stacks[3]).id, 1u);
+  EXPECT_EQ(table.intern(stacks[7]).id, 0u);
+}
+
 TEST(Encoder, TimestampsSurviveBackwardsAndLargeJumps) {
   Encoder e;
   e.begin_stream();

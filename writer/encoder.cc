@@ -72,7 +72,6 @@ void Encoder::begin_stream() {
   stacks_.clear();
   frame_addresses_.clear();
   next_string_id_ = 0;
-  next_stack_id_ = 0;
   ts_base_ = 0;
 }
 
@@ -197,11 +196,8 @@ uint32_t Encoder::intern_string(std::string_view s) {
 }
 
 uint32_t Encoder::intern_stack(std::span<const uint64_t> frames) {
-  stack_key_.assign(reinterpret_cast<const char*>(frames.data()), frames.size_bytes());
-  auto it = stacks_.find(stack_key_);
-  if (it != stacks_.end()) return it->second;
-  uint32_t id = next_stack_id_++;
-  stacks_.emplace(stack_key_, id);
+  auto [id, inserted] = stacks_.intern(frames);
+  if (!inserted) return id;
   frame_addresses_.insert(frames.begin(), frames.end());
   put_u8(static_cast<uint8_t>(Frame::kStackPool));
   put_u32(1);

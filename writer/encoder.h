@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "writer/format.h"
+#include "writer/stack_table.h"
 
 namespace d9 {
 
@@ -68,7 +69,7 @@ class Encoder {
   void clear_bytes() { out_.clear(); }
 
   // Distinct stacks interned in this sub-stream (for tests and sizing).
-  size_t stack_count() const { return next_stack_id_; }
+  size_t stack_count() const { return stacks_.size(); }
   // Every frame address of the stacks interned in this sub-stream: what to symbolize.
   const std::unordered_set<uint64_t>& frame_addresses() const { return frame_addresses_; }
 
@@ -100,12 +101,9 @@ class Encoder {
   std::vector<uint8_t> out_;
   std::vector<std::pair<const EventSpec*, uint16_t>> schema_ids_;
   std::unordered_map<std::string, uint32_t> strings_;
-  // Stacks are keyed by their bytes; the map owns a copy of each key.
-  std::unordered_map<std::string, uint32_t> stacks_;
-  std::string stack_key_;  // scratch, reused
+  StackTable stacks_;
   std::unordered_set<uint64_t> frame_addresses_;
   uint32_t next_string_id_ = 0;
-  uint32_t next_stack_id_ = 0;
   uint64_t ts_base_ = 0;
 };
 
