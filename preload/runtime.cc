@@ -47,6 +47,11 @@ char g_boot_id[32];
 
 // How often the writer drains the rings.
 constexpr long kDrainIntervalNs = 5 * 1000 * 1000;
+// Encoded events reach the .active file at least this often, or once this many bytes
+// wait: a write per drain cost more CPU than the encoding, and a killed process's .active
+// file still misses at most the last 100 ms.
+constexpr uint64_t kFlushIntervalNs = 100 * 1000 * 1000;
+constexpr size_t kFlushBytes = 256 << 10;
 // How long exit waits for the writer to seal the last segment.
 constexpr int kExitWaitSecs = 5;
 
@@ -133,6 +138,7 @@ struct Writer {
   uint64_t next_index = 0;
   Segment segment;
   uint64_t segment_opened_ns = 0;
+  uint64_t last_flush_ns = 0;
   alloc::Collector collector;
   cpu::Collector cpu;
   StringMap metadata;
@@ -477,13 +483,17 @@ void write_pending(Writer& w) {
   if (has_records) {
     w.collector.drain(alloc::rings(), alloc::counters(), w.segment);
     w.cpu.drain(cpu::ring(), w.segment);
+  }
+  if (w.segment.is_open() && w.segment.bytes_buffered() > 0 &&
+      (w.segment.bytes_buffered() >= kFlushBytes || now - w.last_flush_ns >= kFlushIntervalNs)) {
+    w.last_flush_ns = now;
     if (!w.segment.flush()) {
       segment_failed(w);
       return;
     }
   }
   if (w.segment.is_open() && w.segment.event_count() > 0 &&
-      (w.segment.bytes_written() >= g_options.max_file_size ||
+      (w.segment.bytes_written() + w.segment.bytes_buffered() >= g_options.max_file_size ||
        monotonic_ns() - w.segment_opened_ns >= g_options.rotate_secs * kSecond)) {
     seal(w);
   }

@@ -96,6 +96,8 @@ class Segment {
   // Fork child: closes the inherited descriptor and forgets the file without touching it.
   void abandon() { close_fd(); }
   uint64_t bytes_written() const { return bytes_written_; }
+  // Encoded and not yet flushed.
+  size_t bytes_buffered() const { return events_.size(); }
   // Size of the compressed file made by the last seal (0 if none).
   uint64_t compressed_bytes() const { return compressed_bytes_; }
   const std::string& error() const { return error_; }
