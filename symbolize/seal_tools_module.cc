@@ -2,6 +2,8 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <memory>
 
 #include "symbolize/symbolizer.h"
@@ -41,54 +43,100 @@ class Tools final : public SealTools {
 
   void refresh_modules() override { symbolizer_.refresh_modules(); }
 
-  bool compress(std::span<const uint8_t> data, SealCompression how, std::vector<uint8_t>* out,
+  bool compress(const Read& read, uint64_t size, const Write& write, SealCompression how,
                 std::string* error) override {
-    return how == SealCompression::kZstd ? zstd(data, out, error) : gzip(data, out, error);
+    in_.resize(kChunk);
+    return how == SealCompression::kZstd ? zstd(read, size, write, error)
+                                         : gzip(read, write, error);
   }
 
  private:
-  static bool zstd(std::span<const uint8_t> data, std::vector<uint8_t>* out, std::string* error) {
-    out->resize(ZSTD_compressBound(data.size()));
-    size_t n = ZSTD_compress(out->data(), out->size(), data.data(), data.size(), kZstdLevel);
-    if (ZSTD_isError(n)) {
-      *error = ZSTD_getErrorName(n);
+  static constexpr size_t kChunk = 128 << 10;
+
+  // One context for every seal: its tables are made once, not per segment.
+  bool zstd(const Read& read, uint64_t size, const Write& write, std::string* error) {
+    if (!cctx_) cctx_.reset(ZSTD_createCCtx());
+    if (!cctx_) {
+      *error = "ZSTD_createCCtx failed";
       return false;
     }
-    out->resize(n);
-    return true;
+    ZSTD_CCtx* c = cctx_.get();
+    ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
+    ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, kZstdLevel);
+    ZSTD_CCtx_setPledgedSrcSize(c, size);  // in the frame header; small inputs, small tables
+    out_bytes_.resize(ZSTD_CStreamOutSize());
+    for (;;) {
+      ssize_t n = read(in_.data(), in_.size());
+      if (n < 0) {
+        *error = std::string("read failed: ") + strerror(errno);
+        return false;
+      }
+      ZSTD_inBuffer ib{in_.data(), static_cast<size_t>(n), 0};
+      const ZSTD_EndDirective mode = n == 0 ? ZSTD_e_end : ZSTD_e_continue;
+      for (;;) {
+        ZSTD_outBuffer ob{out_bytes_.data(), out_bytes_.size(), 0};
+        size_t left = ZSTD_compressStream2(c, &ob, &ib, mode);
+        if (ZSTD_isError(left)) {
+          *error = ZSTD_getErrorName(left);
+          return false;
+        }
+        if (ob.pos > 0 && !write({out_bytes_.data(), ob.pos})) return false;
+        if (mode == ZSTD_e_end ? left == 0 : ib.pos == ib.size) break;
+      }
+      if (n == 0) return true;
+    }
   }
 
   // One gzip member (dial9's readers, and older Node zlib, want exactly one), fast level.
-  static bool gzip(std::span<const uint8_t> data, std::vector<uint8_t>* out, std::string* error) {
+  bool gzip(const Read& read, const Write& write, std::string* error) {
     z_stream z{};
     if (deflateInit2(&z, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
       *error = "deflateInit2 failed";
       return false;
     }
-    out->resize(deflateBound(&z, data.size()) + 32);
-    z.next_in = const_cast<Bytef*>(data.data());
-    z.avail_in = static_cast<uInt>(data.size());
-    z.next_out = out->data();
-    z.avail_out = static_cast<uInt>(out->size());
-    int rc = deflate(&z, Z_FINISH);
-    size_t n = z.total_out;
-    deflateEnd(&z);
-    if (rc != Z_STREAM_END) {
-      *error = "deflate failed";
-      return false;
+    std::unique_ptr<z_stream, int (*)(z_stream*)> end(&z, deflateEnd);
+    out_bytes_.resize(kChunk);
+    for (;;) {
+      ssize_t n = read(in_.data(), in_.size());
+      if (n < 0) {
+        *error = std::string("read failed: ") + strerror(errno);
+        return false;
+      }
+      const int flush = n == 0 ? Z_FINISH : Z_NO_FLUSH;
+      z.next_in = in_.data();
+      z.avail_in = static_cast<uInt>(n);
+      int rc;
+      do {
+        z.next_out = out_bytes_.data();
+        z.avail_out = static_cast<uInt>(out_bytes_.size());
+        rc = deflate(&z, flush);
+        if (rc == Z_STREAM_ERROR) {
+          *error = "deflate failed";
+          return false;
+        }
+        size_t produced = out_bytes_.size() - z.avail_out;
+        if (produced > 0 && !write({out_bytes_.data(), produced})) return false;
+      } while (z.avail_out == 0);
+      if (n == 0) {
+        if (rc != Z_STREAM_END) {
+          *error = "deflate failed";
+          return false;
+        }
+        return true;
+      }
     }
-    out->resize(n);
-    return true;
   }
 
   symbolize::Symbolizer symbolizer_;
   std::vector<SymbolFrame> out_;
+  std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx_{nullptr, ZSTD_freeCCtx};
+  std::vector<uint8_t> in_, out_bytes_;  // compression buffers, kept between seals
 };
 
 }  // namespace
 }  // namespace d9
 
-extern "C" __attribute__((visibility("default"))) d9::SealTools* d9_create_seal_tools_v2(
+extern "C" __attribute__((visibility("default"))) d9::SealTools* d9_create_seal_tools_v3(
     bool inflate_compressed_debug_files) {
   return new d9::Tools(inflate_compressed_debug_files);
 }

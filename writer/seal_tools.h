@@ -9,7 +9,10 @@
 // says so once and seals segments unsymbolized and uncompressed.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -41,15 +44,20 @@ class SealTools {
   virtual std::vector<ModuleInfo> modules() = 0;
   // Takes note of the modules mapped now, so they stay resolvable after a dlclose.
   virtual void refresh_modules() = 0;
-  // `data` as one zstd frame or one gzip member.
-  virtual bool compress(std::span<const uint8_t> data, SealCompression how,
-                        std::vector<uint8_t>* out, std::string* error) = 0;
+  // Reads `size` bytes from `read` (bytes read into buf, 0 at the end, -1 on error) and
+  // passes them to `write` as one zstd frame or one gzip member, a chunk at a time: memory
+  // stays at a few hundred KiB whatever the segment's size. False (with *error, empty when
+  // `write` failed) on failure.
+  using Read = std::function<ssize_t(uint8_t* buf, size_t cap)>;
+  using Write = std::function<bool(std::span<const uint8_t> bytes)>;
+  virtual bool compress(const Read& read, uint64_t size, const Write& write, SealCompression how,
+                        std::string* error) = 0;
 };
 
 // Entry point exported by libd9_seal.so. `inflate_compressed_debug_files` is
 // symbolize::Options' flag of that name (D9_SYMBOLIZE=full).
 inline constexpr char kSealToolsLibrary[] = "libd9_seal.so";
-inline constexpr char kSealToolsEntry[] = "d9_create_seal_tools_v2";
+inline constexpr char kSealToolsEntry[] = "d9_create_seal_tools_v3";
 using CreateSealToolsFn = SealTools* (*)(bool inflate_compressed_debug_files);
 
 // Loads libd9_seal.so from the directory libd9.so was loaded from and creates the tools;

@@ -236,23 +236,9 @@ std::string Segment::seal(const SealOptions& options) {
 }
 
 std::string Segment::compress(SealTools& tools, SealCompression how) {
-  std::vector<uint8_t> raw;
-  {
-    OwnFd in;
-    if (!in.open(sealed_path_, O_RDONLY)) return "";
-    uint8_t buf[1 << 16];
-    for (ssize_t n; (n = read(in.get(), buf, sizeof(buf))) != 0;) {
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return "";  // also a descriptor taken over mid-read (EBADF)
-      raw.insert(raw.end(), buf, buf + n);
-    }
-  }
-  std::vector<uint8_t> packed;
-  std::string why;
-  if (!tools.compress(raw, how, &packed, &why)) {
-    compress_error_ = "cannot compress " + sealed_path_ + ": " + why;
-    return "";
-  }
+  OwnFd in;
+  struct stat st;
+  if (!in.open(sealed_path_, O_RDONLY) || fstat(in.get(), &st) != 0) return "";
   // Written under a temporary name and renamed, so a reader never sees half a file.
   std::string out = sealed_path_ + (how == SealCompression::kZstd ? ".zst" : ".gz");
   std::string tmp = out + ".tmp";
@@ -261,16 +247,33 @@ std::string Segment::compress(SealTools& tools, SealCompression how) {
     compress_error_ = "cannot create " + tmp + ": " + strerror(errno);
     return "";
   }
-  bool ok = write_all(packed.data(), packed.size());
+  auto read_chunk = [&](uint8_t* buf, size_t cap) -> ssize_t {
+    for (;;) {  // a descriptor taken over mid-read fails with EBADF
+      ssize_t n = read(in.get(), buf, cap);
+      if (n >= 0 || errno != EINTR) return n;
+    }
+  };
+  uint64_t packed = 0;
+  auto write_chunk = [&](std::span<const uint8_t> bytes) {
+    packed += bytes.size();
+    return write_all(bytes.data(), bytes.size());
+  };
+  std::string why;
+  bool ok = tools.compress(read_chunk, static_cast<uint64_t>(st.st_size), write_chunk, how, &why);
   close_fd();
-  if (!ok || renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_NOREPLACE) != 0) {
-    compress_error_ = ok ? "cannot rename " + tmp + ": " + strerror(errno) : error_;
-    error_.clear();
+  if (!ok) {
+    compress_error_ = why.empty() ? error_ : "cannot compress " + sealed_path_ + ": " + why;
+  } else if (renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_NOREPLACE) != 0) {
+    compress_error_ = "cannot rename " + tmp + ": " + strerror(errno);
+    ok = false;
+  }
+  error_.clear();
+  if (!ok) {
     unlink(tmp.c_str());
     return "";
   }
   unlink(sealed_path_.c_str());
-  compressed_bytes_ = packed.size();
+  compressed_bytes_ = packed;
   return out;
 }
 
