@@ -112,19 +112,19 @@ void record_alloc(const void* ptr, size_t size) {
   auto* rec = static_cast<AllocRecord*>(ring.try_claim(&pos));
   if (!rec) return;  // full: counted by the ring, reported as dropped_allocs
   rec->timestamp_ns = now_ns();
-  // Tracked only once its AllocEvent is certain (the slot is claimed), so every tracked
-  // free has an alloc to match. Entered before the pointer reaches the program, so no free
-  // can precede it. Outside the sampled arena (arena exhausted, or a caller's own mallocx
-  // arena) or in a full bucket, its free cannot be reported: counted as a dropped free.
-  // Done before the frames are written: the insert's locked instruction would wait for
-  // those stores to drain.
-  if (g_settings.liveset && !(maybe_sampled(ptr) && g_sampled_set.insert(addr))) {
-    g_untracked.fetch_add(1, std::memory_order_relaxed);
-  }
   rec->addr = addr;
   rec->size = size;
   rec->tid = tls_state.tid;
   rec->depth = static_cast<uint32_t>(stack::capture(rec->frames(), g_settings.stack_depth));
+  // Tracked only once its AllocEvent is certain (the slot is claimed), so every tracked
+  // free has an alloc to match. Entered before the pointer reaches the program, so no free
+  // can precede it. Outside the sampled arena (arena exhausted, or a caller's own mallocx
+  // arena) or in a full bucket, its free cannot be reported: counted as a dropped free.
+  // After the stack capture, which gives the bucket's prefetch time to land; the record's
+  // lines were prefetched for writing, so the locked insert waits for no store.
+  if (g_settings.liveset && !(maybe_sampled(ptr) && g_sampled_set.insert(addr))) {
+    g_untracked.fetch_add(1, std::memory_order_relaxed);
+  }
   ring.publish(pos);
   ring.prefetch_next(kAllocLinesToWarm);  // for the next sample, thousands of bytes away
   if ((pos & (ring.capacity() / 4 - 1)) == 0) nudge_writer();
