@@ -39,12 +39,11 @@ class AddressSet {
 
   bool insert(uint64_t addr) {
     Bucket& b = bucket(addr);
+    // No plain load first: on a page never touched, a read would map the zero page and
+    // the write then copy it (two faults); the CAS faults it in once.
     for (auto& slot : b.slots) {
       uint64_t empty = 0;
-      if (slot.load(std::memory_order_relaxed) == 0 &&
-          slot.compare_exchange_strong(empty, addr, std::memory_order_release)) {
-        return true;
-      }
+      if (slot.compare_exchange_strong(empty, addr, std::memory_order_release)) return true;
     }
     return false;
   }

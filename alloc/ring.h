@@ -68,7 +68,10 @@ class Ring {
     uint64_t pos = enqueue_.load(std::memory_order_relaxed);
     for (;;) {
       Header* h = header(pos & mask_);
-      uint64_t seq = h->seq.load(std::memory_order_acquire) + (pos & mask_);
+      // On the first lap no one has touched the slot yet (seq is 0, so it is free): not
+      // reading it lets the record's first write fault its page in, rather than a read
+      // mapping the zero page and the write then copying it (two faults a page).
+      uint64_t seq = pos <= mask_ ? pos : h->seq.load(std::memory_order_acquire) + (pos & mask_);
       auto diff = static_cast<int64_t>(seq - pos);
       if (diff == 0) {
         if (enqueue_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
