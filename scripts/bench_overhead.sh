@@ -192,7 +192,7 @@ table() {
       printf "\n%s\n", title
       printf "%-13s %-9s %8s %8s %8s %8s %14s %8s  %s\n", "workload", "config", "median", "min", "max", "ratio", "ratio", "ratio", "target"
       printf "%-13s %-9s %8s %8s %8s %8s %14s %8s\n", "", "", "ns/op", "ns/op", "ns/op", "median", "min..max", "of mins"
-      for (k in t) {  # jemalloc's fastest run of each workload
+      for (k in t) {  # the fastest jemalloc run of each workload
         split(k, f, SUBSEP)
         if (f[3] == "jemalloc" && (!(f[1] in jemin) || t[k] < jemin[f[1]])) jemin[f[1]] = t[k]
       }
