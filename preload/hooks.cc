@@ -14,6 +14,7 @@
 //    throws propagates, and the retry keeps the requested alignment;
 //  - d9's own bookkeeping never changes errno.
 //  - the exec family seals the current segment first, since exec runs no destructors;
+//  - pipe2 moves a pipe libunwind opens for d9 above d9's descriptor floor;
 //  - pthread_create, pthread_exit, sigaction and signal serve CPU sampling (preload/cpu.h).
 // With the live set on, sampled allocations come from the sampled arena, and every free
 // first asks whether its pointer lies in that arena's range (sampled_heap.h): a compare
@@ -39,6 +40,7 @@
 #include "alloc/thread_state.h"
 #include "preload/cpu.h"
 #include "preload/runtime.h"
+#include "writer/segment.h"  // OwnFd: d9's descriptor floor
 
 #define D9_EXPORT extern "C" __attribute__((visibility("default")))
 #define D9_EXPORT_CXX __attribute__((visibility("default")))
@@ -558,6 +560,24 @@ D9_EXPORT int dlclose(void* handle) {
   tls_state.in_dlclose = 1;
   int rc = real_dlclose(handle);
   tls_state.in_dlclose = nested;
+  return rc;
+}
+
+// ---- descriptors d9's libraries open for it -----------------------------------------------
+// libunwind tests an address by writing a byte of it into a pipe of its own, which it opens
+// with pipe2 at d9's first stack capture, on a host thread: the lowest free numbers, 3 and
+// 4 in most programs. A program that then closes them and reuses the numbers would have
+// libunwind read a byte from, and write one into, the program's own files. A pipe opened
+// while d9 code runs on the thread moves up to d9's descriptor floor instead.
+
+D9_EXPORT int pipe2(int fds[2], int flags) noexcept {
+  using Fn = int (*)(int*, int);
+  static const auto real = next_symbol<Fn>("pipe2");
+  int rc = real(fds, flags);
+  if (rc == 0 && (tls_state.in_d9 || tls_state.internal)) {
+    fds[0] = d9::OwnFd::raise(fds[0]);
+    fds[1] = d9::OwnFd::raise(fds[1]);
+  }
   return rc;
 }
 

@@ -841,6 +841,22 @@ TEST_F(E2ESegments, SigkillLeavesSealedSegmentsAndADecodableActiveOne) {
 
 // ---- 7. file hygiene -----------------------------------------------------------------------
 
+// The program's own descriptors below d9's floor (1000), as `segments_subject fds` lists
+// them, leaving out the one its listing of /proc/self/fd itself holds.
+std::set<int> low_fds(const std::string& listing, const std::string& tag) {
+  std::set<int> fds;
+  std::istringstream in(listing);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string t, fd_word, arrow, target;
+    int fd = -1;
+    words >> t >> fd_word >> fd >> arrow >> target;
+    if (t == tag && fd < 1000 && !target.starts_with("/proc/")) fds.insert(fd);
+  }
+  return fds;
+}
+
 TEST_F(E2ESegments, PrivateModesAndNoDescriptorLeaksIntoExecdChildren) {
   std::string out = dir_ + "/nested/out";
   RunResult r = run({subject(), "fds", subject()}, {"D9_OUTPUT=" + out, "D9_SAMPLE_RATE=1"});
@@ -867,6 +883,14 @@ TEST_F(E2ESegments, PrivateModesAndNoDescriptorLeaksIntoExecdChildren) {
   EXPECT_GE(trace_fds_in_self, 2) << r.out;
   EXPECT_GE(fds_by_tag["spawn"], 3) << r.out;
   EXPECT_GE(fds_by_tag["exec"], 3) << r.out;
+
+  // Below the floor the program sees exactly the descriptors it has without d9: none of
+  // d9's, nor libunwind's pipe (opened at the first stack capture, on 3 and 4 before).
+  RunResult plain = run({subject(), "fds", subject()}, {"D9_OUTPUT=" + out, "D9_ENABLE=0"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(low_fds(r.out, "self"), low_fds(plain.out, "self")) << r.out << "\nwithout d9:\n"
+                                                                << plain.out;
+  EXPECT_EQ(low_fds(r.out, "self2"), low_fds(plain.out, "self2")) << r.out;
 
   // Process directories d9 created are 0700, files 0600; the directories above them that
   // d9 created are 0711 (passable, not listable: see WorkerThatDropsRootKeepsWritingItsTrace).

@@ -62,6 +62,10 @@ long thread_count(int stat_fd) {
 
 }  // namespace
 
+int OwnFd::raise(int fd) {
+  return raise_fd(fd);
+}
+
 void OwnFd::reserve_floor() {
   int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;

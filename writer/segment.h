@@ -34,6 +34,9 @@ class OwnFd {
   // single-threaded (at start-up). Growing it later, once threads share the table, makes
   // the growing thread wait for an RCU grace period: 10-30 ms for the first segment.
   static void reserve_floor();
+  // Moves `fd` up to the floor, close-on-exec; returns its new number (`fd` itself when
+  // that fails). For descriptors d9's own libraries open on its behalf.
+  static int raise(int fd);
 
   OwnFd() = default;
   ~OwnFd() { close(); }
