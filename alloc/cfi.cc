@@ -483,10 +483,13 @@ bool build_rows(uint64_t hdr, uint64_t base, const std::vector<Range>& readable,
     if (c.ok() && !b.fde(fde)) ok = false;  // keep the FDEs that parse
   }
   // Sort by pc; where a function starts exactly at the previous one's end, its first row
-  // replaces the gap row.
-  std::stable_sort(
-      rows->begin() + static_cast<ptrdiff_t>(first), rows->end(),
-      [](const Row& a, const Row& b) { return a.pc != b.pc ? a.pc < b.pc : a.unused > b.unused; });
+  // replaces the gap row. The table lists FDEs by pc, so the rows usually are in order
+  // already: checking is linear, sorting is not.
+  auto by_pc = [](const Row& a, const Row& b) {
+    return a.pc != b.pc ? a.pc < b.pc : a.unused > b.unused;
+  };
+  auto begin = rows->begin() + static_cast<ptrdiff_t>(first);
+  if (!std::is_sorted(begin, rows->end(), by_pc)) std::stable_sort(begin, rows->end(), by_pc);
   size_t out = first;
   for (size_t i = first; i < rows->size(); ++i) {
     Row r = (*rows)[i];
