@@ -1,7 +1,6 @@
 #include "symbolize/symbol_index.h"
 
 #include <algorithm>
-#include <set>
 #include <tuple>
 
 namespace d9::symbolize {
@@ -71,18 +70,27 @@ SymbolIndex::SymbolIndex(Dwfl_Module* mod) {
     const Sym& s = syms[i];
     return Key(!s.sized, s.sized ? s.hi - s.lo : 0, s.binding, i);
   };
-  std::set<Key> open;
+  // The open symbols as a heap, best on top; a closed one leaves only when it reaches the
+  // top. A tree would allocate a node per symbol: libc's table has tens of thousands.
+  std::vector<Key> open;
+  std::vector<bool> closed(syms.size(), false);
+  auto worse = [](const Key& a, const Key& b) { return a > b; };
   for (size_t i = 0; i < events.size();) {
     uint64_t at = events[i].at;
     for (; i < events.size() && events[i].at == at; ++i) {
       if (events[i].open) {
-        open.insert(key(events[i].sym));
+        open.push_back(key(events[i].sym));
+        std::push_heap(open.begin(), open.end(), worse);
       } else {
-        open.erase(key(events[i].sym));
+        closed[events[i].sym] = true;
       }
     }
+    while (!open.empty() && closed[std::get<3>(open.front())]) {
+      std::pop_heap(open.begin(), open.end(), worse);
+      open.pop_back();
+    }
     if (open.empty() || i == events.size()) continue;
-    const char* name = syms[std::get<3>(*open.begin())].name;
+    const char* name = syms[std::get<3>(open.front())].name;
     uint64_t next = events[i].at;
     if (!segments_.empty() && segments_.back().hi == at && segments_.back().name == name) {
       segments_.back().hi = next;
