@@ -47,6 +47,7 @@ char g_boot_id[32];
 
 // How often the writer drains the rings.
 constexpr long kDrainIntervalNs = 5 * 1000 * 1000;
+constexpr long kIdleIntervalNs = 100 * 1000 * 1000;
 // Encoded events reach the .active file at least this often, or once this many bytes
 // wait: a write per drain cost more CPU than the encoding, and a killed process's .active
 // file still misses at most the last 100 ms.
@@ -473,13 +474,14 @@ void seal(Writer& w) {
 }
 
 // Drains the rings into the current segment (opened on demand, so a fork child that execs
-// or exits at once leaves nothing behind), then rotates it by size or age.
-void write_pending(Writer& w) {
+// or exits at once leaves nothing behind), then rotates it by size or age. Returns whether
+// there was anything to do, or still is (events not yet flushed).
+bool write_pending(Writer& w) {
   uint64_t now = monotonic_ns();
-  if (now < w.retry_after_ns) return;  // still backing off after a write error
+  if (now < w.retry_after_ns) return false;  // still backing off after a write error
   bool has_records = w.collector.pending(alloc::rings(), alloc::counters());
   has_records |= w.cpu.pending(cpu::ring());
-  if (has_records && !w.segment.is_open() && !open_segment(w)) return;
+  if (has_records && !w.segment.is_open() && !open_segment(w)) return false;
   if (has_records) {
     w.collector.drain(alloc::rings(), alloc::counters(), w.segment);
     w.cpu.drain(cpu::ring(), w.segment);
@@ -489,7 +491,7 @@ void write_pending(Writer& w) {
     w.last_flush_ns = now;
     if (!w.segment.flush()) {
       segment_failed(w);
-      return;
+      return false;
     }
   }
   if (w.segment.is_open() && w.segment.event_count() > 0 &&
@@ -497,6 +499,7 @@ void write_pending(Writer& w) {
        monotonic_ns() - w.segment_opened_ns >= g_options.rotate_secs * kSecond)) {
     seal(w);
   }
+  return has_records || w.segment.bytes_buffered() > 0;
 }
 
 // Runs `work` if another thread asked for it, then tells the waiters.
@@ -522,12 +525,16 @@ void* writer_main(void*) {
   w->metadata = build_metadata();
   cpu::poll(&g_stop);  // a fork child's allocation stacks wait for its proof of the loader
 
+  long wait_ns = kDrainIntervalNs;
   while (!g_stop.load(std::memory_order_acquire) &&
          g_state.load(std::memory_order_acquire) == kOn) {
-    alloc::wait_for_work(kDrainIntervalNs);
+    alloc::wait_for_work(wait_ns);
     if (g_stop.load(std::memory_order_acquire)) break;
     cpu::poll(&g_stop);
-    write_pending(*w);
+    // Idle, the writer polls less and less often, down to every 100 ms: producers nudge it
+    // as their rings fill, and exit, exec and dlclose as they ask, so only the periodic
+    // checks (rotation by age, a host taking SIGPROF over) can wait that long.
+    wait_ns = write_pending(*w) ? kDrainIntervalNs : std::min(2 * wait_ns, kIdleIntervalNs);
     warm_up_for_children(*w);
     serve(g_modules_request, [&] {
       pthread_mutex_lock(&g_tools_mu);
