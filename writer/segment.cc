@@ -41,14 +41,6 @@ int fd_floor() {
   return rl.rlim_cur > 128 ? static_cast<int>(rl.rlim_cur) - 64 : 3;
 }
 
-// `fd` moved above the floor (kept where it is if that fails).
-int raise_fd(int fd) {
-  int high = fcntl(fd, F_DUPFD_CLOEXEC, fd_floor());
-  if (high < 0) return fd;
-  ::close(fd);
-  return high;
-}
-
 // Threads of this process, from /proc/self/stat (field 20); 0 if unknown.
 long thread_count(int stat_fd) {
   char buf[1024];
@@ -63,7 +55,10 @@ long thread_count(int stat_fd) {
 }  // namespace
 
 int OwnFd::raise(int fd) {
-  return raise_fd(fd);
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, fd_floor());
+  if (high < 0) return fd;  // kept where it is
+  ::close(fd);
+  return high;
 }
 
 void OwnFd::reserve_floor() {
@@ -80,7 +75,7 @@ bool OwnFd::open(const std::string& path, int flags, mode_t mode) {
   close();
   int fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) return false;
-  fd = raise_fd(fd);
+  fd = raise(fd);
   struct stat st;
   if (fstat(fd, &st) != 0) {
     int saved = errno;
@@ -105,7 +100,7 @@ int OwnFd::get() {
   // The program closed our number (and may have reused it): never touch it again.
   fd_ = ::open(path_.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
   if (fd_ < 0) return -1;
-  fd_ = raise_fd(fd_);
+  fd_ = raise(fd_);
   if (still_ours()) return fd_;  // the same file, not one planted under its name
   ::close(fd_);
   fd_ = -1;
