@@ -3,16 +3,23 @@
 // under test is whatever LD_PRELOAD supplies.
 //
 // Usage: alloc_loop [iterations]   (default 40000000, ~0.7 s with jemalloc)
+// With BENCH_IDLE_THREAD=1 in the environment, one extra thread that never runs is
+// started first. It measures what merely having a second thread costs a one-thread
+// program: once a process has ever had two threads, glibc's pthread_mutex_unlock (which
+// jemalloc calls on every arena lock) uses a locked exchange instead of a plain store.
+// d9's writer thread makes every profiled process pay that.
 // One op = free one of 64 live slots, malloc a new block (16..512 bytes; 1 in 64
 // is 4..64 KiB) and write to it. Prints "ns_per_op=<wall> cpu_ns_per_op=<cpu>"
 // on stdout; the CPU time is the whole process's (all threads, d9's included).
 #define _POSIX_C_SOURCE 200809L  // clock_gettime, sched_yield under -std=c11
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { kSlots = 64 };
 
@@ -25,11 +32,22 @@ static uint64_t now_ns(clockid_t clock) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static void* idle_thread(void* arg) {
+  for (;;) pause();
+  return arg;
+}
+
 int main(int argc, char** argv) {
   long n = argc > 1 ? atol(argv[1]) : 40000000L;
   if (n <= 0) {
     fprintf(stderr, "usage: %s [iterations>0]\n", argv[0]);
     return 2;
+  }
+  const char* idle = getenv("BENCH_IDLE_THREAD");
+  pthread_t thread;
+  if (idle && idle[0] == '1' && pthread_create(&thread, NULL, idle_thread, NULL) != 0) {
+    fprintf(stderr, "alloc_loop: pthread_create failed\n");
+    return 1;
   }
   uint64_t x = 0x9e3779b97f4a7c15u;  // xorshift64 state: deterministic pattern
   uint64_t sum = 0;

@@ -9,7 +9,11 @@
 # Configurations (each workload is run under each, in a rotating order every round):
 #   glibc     no preload (reference only)
 #   jemalloc  LD_PRELOAD=$JEMALLOC                      (baseline of every ratio)
-#   jeprof    the same with jemalloc's own profiler at d9's 512 KiB rate
+#   je+thread the same, with one idle extra thread (BENCH_IDLE_THREAD=1): what any
+#             profiler with a thread of its own costs a one-thread program (glibc's
+#             mutex unlock turns atomic once a second thread exists; jemalloc locks an
+#             arena mutex for every large allocation). cross_thread has threads already.
+#   jeprof    the same as jemalloc with jemalloc's own profiler at d9's 512 KiB rate
 #   d9-off    LD_PRELOAD=libd9.so D9_ENABLE=0           (target <= 1.01x jemalloc)
 #   d9-nolive LD_PRELOAD=libd9.so D9_LIVESET=0          (sampling without free tracking)
 #   d9        LD_PRELOAD=libd9.so, defaults: live set on (target <= 1.05x jemalloc)
@@ -76,12 +80,12 @@ else
 fi
 
 # --- configurations ----------------------------------------------------------------
-CONFIGS=(glibc jemalloc jeprof d9-off d9-nolive d9)
+CONFIGS=(glibc jemalloc je+thread jeprof d9-off d9-nolive d9)
 # Check that jemalloc's profiler is compiled in and really on with JEPROF_CONF.
 if ! env -i LD_PRELOAD="$JEMALLOC" MALLOC_CONF="$JEPROF_CONF,stats_print:true" /bin/true 2>&1 |
     grep -q 'opt.prof: true'; then
   echo "# note:    $JEMALLOC has no --enable-prof; the jeprof configuration is skipped"
-  CONFIGS=(glibc jemalloc d9-off d9-nolive d9)
+  CONFIGS=(glibc jemalloc je+thread d9-off d9-nolive d9)
 fi
 
 # cmd_env CONFIG: prints the env(1) arguments of a configuration, one per line.
@@ -89,6 +93,7 @@ cmd_env() {
   case $1 in
     glibc) ;;
     jemalloc) echo "LD_PRELOAD=$JEMALLOC" ;;
+    je+thread) echo "LD_PRELOAD=$JEMALLOC"; echo "BENCH_IDLE_THREAD=1" ;;
     jeprof) echo "LD_PRELOAD=$JEMALLOC"; echo "MALLOC_CONF=$JEPROF_CONF" ;;
     d9-off) echo "LD_PRELOAD=$LIBD9"; echo "D9_ENABLE=0"; echo "D9_OUTPUT=$OUT" ;;
     d9-nolive) echo "LD_PRELOAD=$LIBD9"; echo "D9_LIVESET=0"; echo "D9_OUTPUT=$OUT" ;;
@@ -178,9 +183,13 @@ for ((r = 0; r <= ROUNDS; r++)); do
 done
 echo >&2
 
-# table COLUMN TITLE: medians of ns/op and of the per-round ratio against jemalloc.
+# table COLUMN TITLE [BASE [CONFIGS...]]: medians of ns/op and of the per-round ratio
+# against BASE (default jemalloc).
 table() {
-  awk -v col="$1" -v title="$2" -v configs="${CONFIGS[*]}" -v workloads="${WORKLOADS[*]}" '
+  local col=$1 title=$2 base=${3:-jemalloc}
+  local -a configs=("${CONFIGS[@]}")
+  (($# > 3)) && configs=("${@:4}")
+  awk -v col="$col" -v title="$title" -v base="$base" -v configs="${configs[*]}" -v workloads="${WORKLOADS[*]}" '
     function median(a, n,   i, j, t) {  # insertion sort of a[1..n], then the median
       for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
@@ -188,21 +197,21 @@ table() {
     $col != "NA" { t[$1, $2, $3] = $col; rounds[$2] }
     END {
       nc = split(configs, names, " "); nw = split(workloads, wnames, " ")
-      target["d9-off"] = 1.01; target["d9-nolive"] = 1.03; target["d9"] = 1.05
+      if (base == "jemalloc") { target["d9-off"] = 1.01; target["d9-nolive"] = 1.03; target["d9"] = 1.05 }
       printf "\n%s\n", title
       printf "%-13s %-9s %8s %8s %8s %8s %14s %8s  %s\n", "workload", "config", "median", "min", "max", "ratio", "ratio", "ratio", "target"
       printf "%-13s %-9s %8s %8s %8s %8s %14s %8s\n", "", "", "ns/op", "ns/op", "ns/op", "median", "min..max", "of mins"
-      for (k in t) {  # the fastest jemalloc run of each workload
+      for (k in t) {  # the fastest base run of each workload
         split(k, f, SUBSEP)
-        if (f[3] == "jemalloc" && (!(f[1] in jemin) || t[k] < jemin[f[1]])) jemin[f[1]] = t[k]
+        if (f[3] == base && (!(f[1] in jemin) || t[k] < jemin[f[1]])) jemin[f[1]] = t[k]
       }
       for (wi = 1; wi <= nw; wi++) for (ci = 1; ci <= nc; ci++) {
         ww = wnames[wi]; cc = names[ci]; n = 0; m = 0; lo = 1e300; hi = 0; rlo = 1e300; rhi = 0
         for (r in rounds) {
           if (!((ww, r, cc) in t)) continue
           x = t[ww, r, cc]; v[++n] = x; if (x < lo) lo = x; if (x > hi) hi = x
-          if (!((ww, r, "jemalloc") in t)) continue
-          q = x / t[ww, r, "jemalloc"]; rr[++m] = q; if (q < rlo) rlo = q; if (q > rhi) rhi = q
+          if (!((ww, r, base) in t)) continue
+          q = x / t[ww, r, base]; rr[++m] = q; if (q < rlo) rlo = q; if (q > rhi) rhi = q
         }
         if (n == 0) { printf "%-13s %-9s %8s\n", ww, cc, "NA"; continue }
         med = median(v, n); rmed = m ? median(rr, m) : 0
@@ -216,6 +225,7 @@ table() {
 # machine interference only ever slows a run down, so the fastest is the least disturbed.
 table 4 "Wall clock (ratio: per round vs the same round's jemalloc run, then median)"
 table 5 "CPU time of the whole process, all threads (same ratios)"
+table 5 "CPU time against je+thread: d9's cost beyond having a thread at all" je+thread je+thread d9-off d9-nolive d9
 echo "# alloc_loop: 1 op = 1 malloc + 1 free (N=$ALLOC_N); cross_thread: 1 op = 1 object handed" \
   "to the other thread + 1 local malloc/free on each thread (N=$CROSS_N)"
 if grep -q ' NA' "$RESULTS"; then
