@@ -1,6 +1,7 @@
-// The hottest entry points, malloc and the unsized and sized frees, written out so each is
-// the shortest sequence that does its job: a check, then a conditional tail jump straight
-// into jemalloc. No frame, no saved register; everything else happens out of line in C++
+// The hottest entry points, malloc, operator new and the unsized and sized frees, written
+// out so each is the shortest sequence that does its job: a check, then a conditional tail
+// jump straight into jemalloc (a call, for new). No frame, no saved register (but new's
+// size); everything else happens out of line in C++
 // (preload/hooks.cc). Compilers emit two to three times as many instructions for the same
 // logic (a TLS load, subtract, store and test; the range check as subtract and compare).
 //
@@ -16,6 +17,24 @@
 // (alloc/sampled_heap.cc), so the high bound is compared first.
 
         .text
+
+// operator new: the same charge as malloc, then a call (not a jump) into jemalloc, since
+// an empty result must still reach the new-handler loop with the size. The size is kept on
+// the stack, which also aligns it for the call. `sampled` and `failed` take over with the
+// size in rdi and this frame already gone, so exceptions never pass through it.
+.macro new_body sampled, failed
+        movq    d9_tls_state@gottpoff(%rip), %rax
+        subq    %rdi, %fs:(%rax)
+        jle     \sampled
+        pushq   %rdi
+        .cfi_adjust_cfa_offset 8
+        call    d9_je_malloc
+        popq    %rdi
+        .cfi_adjust_cfa_offset -8
+        testq   %rax, %rax
+        jz      \failed
+        ret
+.endm
 
 // The frees' range check: a pointer at or above the high bound, or below the low one,
 // goes straight to `jemalloc`; one inside the reservation to `sampled`.
@@ -38,6 +57,34 @@ malloc:
         jmp     d9_malloc_sampled
         .cfi_endproc
         .size   malloc, .-malloc
+
+// operator new(size) and new[](size).
+        .p2align 4
+        .globl  _Znwm
+        .type   _Znwm, @function
+        .globl  _Znam
+        .type   _Znam, @function
+_Znwm:
+_Znam:
+        .cfi_startproc
+        new_body d9_new_sampled, d9_new_failed
+        .cfi_endproc
+        .size   _Znwm, .-_Znwm
+        .size   _Znam, .-_Znam
+
+// operator new(size, nothrow) and new[](size, nothrow).
+        .p2align 4
+        .globl  _ZnwmRKSt9nothrow_t
+        .type   _ZnwmRKSt9nothrow_t, @function
+        .globl  _ZnamRKSt9nothrow_t
+        .type   _ZnamRKSt9nothrow_t, @function
+_ZnwmRKSt9nothrow_t:
+_ZnamRKSt9nothrow_t:
+        .cfi_startproc
+        new_body d9_new_nothrow_sampled, d9_new_nothrow_failed
+        .cfi_endproc
+        .size   _ZnwmRKSt9nothrow_t, .-_ZnwmRKSt9nothrow_t
+        .size   _ZnamRKSt9nothrow_t, .-_ZnamRKSt9nothrow_t
 
 // free(p), operator delete(p), delete[](p) and their nothrow forms: all one function.
         .p2align 4
@@ -85,5 +132,9 @@ _ZdaPvm:
         .hidden d9_malloc_sampled
         .hidden d9_free_sampled
         .hidden d9_sized_free_sampled
+        .hidden d9_new_sampled
+        .hidden d9_new_failed
+        .hidden d9_new_nothrow_sampled
+        .hidden d9_new_nothrow_failed
 
         .section .note.GNU-stack, "", @progbits

@@ -1,5 +1,5 @@
-// Every function libd9.so interposes, in one place (malloc, free and the unaligned deletes
-// are in preload/fast_path.S, with their out-of-line halves here). Each is a thin wrapper:
+// Every function libd9.so interposes, in one place (malloc, free, the unaligned news and
+// the unaligned deletes are in preload/fast_path.S, with their out-of-line halves here). Each is a thin wrapper:
 // the inline sampling check (one TLS subtract and branch) and a call into jemalloc; only
 // when the thread's byte counter runs out does the out-of-line sampled path run.
 //
@@ -181,12 +181,6 @@ inline void* new_aligned_impl(size_t size, std::align_val_t al, int flags) {
   if (D9_LIKELY(p)) return p;
   if (flags) return nullptr;
   return new_failed<kNoThrow>(size, alignment);
-}
-
-template <bool kNoThrow>
-inline void* new_entry(size_t size) {
-  if (no_sample(size)) return new_impl<kNoThrow>(size, 0);
-  return sampled(size, [=](int flags) { return new_impl<kNoThrow>(size, flags); });
 }
 
 template <bool kNoThrow>
@@ -410,17 +404,18 @@ D9_EXPORT void malloc_stats_print(void (*write_cb)(void*, const char*), void* cb
 
 // ---- C++ operators new and delete: every standard form --------------------------------
 
-D9_EXPORT_CXX void* operator new(size_t size) {
-  return new_entry<false>(size);
+// Unaligned new and new[], plain and nothrow: preload/fast_path.S, with these halves.
+extern "C" void* d9_new_sampled(size_t size) {
+  return sampled(size, [=](int flags) { return new_impl<false>(size, flags); });
 }
-D9_EXPORT_CXX void* operator new[](size_t size) {
-  return new_entry<false>(size);
+extern "C" void* d9_new_failed(size_t size) {
+  return new_failed<false>(size, 0);
 }
-D9_EXPORT_CXX void* operator new(size_t size, const std::nothrow_t&) noexcept {
-  return new_entry<true>(size);
+extern "C" void* d9_new_nothrow_sampled(size_t size) noexcept {
+  return sampled(size, [=](int flags) { return new_impl<true>(size, flags); });
 }
-D9_EXPORT_CXX void* operator new[](size_t size, const std::nothrow_t&) noexcept {
-  return new_entry<true>(size);
+extern "C" void* d9_new_nothrow_failed(size_t size) noexcept {
+  return new_failed<true>(size, 0);
 }
 D9_EXPORT_CXX void* operator new(size_t size, std::align_val_t al) {
   return new_aligned_entry<false>(size, al);

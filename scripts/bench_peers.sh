@@ -2,7 +2,11 @@
 # Peer benchmark (issue 7, item 2): d9 at defaults against the heap profilers people use
 # today, on six workloads. Prints one table and writes it to docs/benchmarks.md. Not a test.
 #
-# Usage: scripts/bench_peers.sh [rounds]   (default 5; ~10 min on 2 cores)
+# Usage: scripts/bench_peers.sh [rounds]     (default 5; ~10 min on 2 cores)
+#        scripts/bench_peers.sh --callgrind  instructions per unit of work under valgrind,
+#                                            the same on every run (~10 min): each profiler's
+#                                            overhead over jemalloc, and d9's as a fraction
+#                                            of jeprof's. Not written to the doc.
 #
 # Configurations (in a rotating order every round, so drift hits all of them alike):
 #   glibc     no preload
@@ -52,9 +56,11 @@ JEPROF_CONF=prof:true,lg_prof_sample:19  # 2^19 = 512 KiB, d9's default D9_SAMPL
 TC_SAMPLE=524288
 
 ROUNDS=5
+MODE=wall
 case ${1:-} in
   '') ;;
-  *[!0-9]*) echo "usage: $0 [rounds]" >&2; exit 2 ;;
+  --callgrind) MODE=callgrind ;;
+  *[!0-9]*) echo "usage: $0 [--callgrind | rounds]" >&2; exit 2 ;;
   *) ROUNDS=$1 ;;
 esac
 COMMAND="scripts/bench_peers.sh $*"
@@ -88,7 +94,7 @@ fi
 log=$(mktemp)
 OUT=$(mktemp -d)  # D9_OUTPUT, heaptrack files and working directory of every run
 RESULTS=$OUT.results
-trap 'rm -rf "$OUT" "$log" "$RESULTS" "$OUT.sql"' EXIT
+trap 'rm -rf "$OUT" "$log" "$RESULTS" "$OUT".sql*' EXIT
 
 if [[ ${NO_BUILD:-0} != 1 ]]; then
   # Reconfigure so that a build tree made before container_churn existed knows it.
@@ -105,16 +111,21 @@ if ! env -i LD_PRELOAD="$JEMALLOC" MALLOC_CONF="$JEPROF_CONF,stats_print:true" /
   CONFIGS=("${CONFIGS[@]/jeprof/}")
 fi
 
-# The SQL file is generated once: one transaction of SQL_N single-row INSERTs, so the
-# parser and the B-tree both allocate per statement.
-awk -v n="$SQL_N" 'BEGIN {
-  print "CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT, b INTEGER);"; print "BEGIN;"
-  for (i = 0; i < n; i++) printf "INSERT INTO t(a, b) VALUES(%crow-%d%c, %d);\n", 39, i * 7919 % 100003, 39, i
-  print "COMMIT;"; print "SELECT count(*) FROM t;" }' >"$OUT.sql"
+# sql_file N: one transaction of N single-row INSERTs, so the parser and the B-tree both
+# allocate per statement.
+sql_file() {
+  awk -v n="$1" 'BEGIN {
+    print "CREATE TABLE t(id INTEGER PRIMARY KEY, a TEXT, b INTEGER);"; print "BEGIN;"
+    for (i = 0; i < n; i++) printf "INSERT INTO t(a, b) VALUES(%crow-%d%c, %d);\n", 39, i * 7919 % 100003, 39, i
+    print "COMMIT;"; print "SELECT count(*) FROM t;" }'
+}
+sql_file "$SQL_N" >"$OUT.sql"
 
-PY_CHURN="
+# py_churn N: the python workload's script, N iterations of dict/list/str churn.
+py_churn() {
+  echo "
 d = {}
-for i in range($PY_N):
+for i in range($1):
     k = str(i % 5000)
     d[k] = [i] * (i % 17)
     if i % 3 == 0:
@@ -122,6 +133,8 @@ for i in range($PY_N):
     l = [str(j) for j in range(i % 8)]
     s = {'a': l, 'b': k + 'x' * (i % 40)}
 print(len(d))"
+}
+PY_CHURN=$(py_churn "$PY_N")
 
 echo "# command: $COMMAND"
 echo "# date:    $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -199,6 +212,59 @@ run() {
     echo "$out"
   fi
 }
+
+# --- callgrind mode: instructions per unit of work -------------------------------------
+# Each workload runs at two sizes; (Ir(N2) - Ir(N1)) / (N2 - N1) cancels start-up and exit,
+# leaving what one more unit of work costs, all threads. valgrind runs one thread at a time
+# and stretches CPU time ~50x, so d9 runs with D9_CPU_HZ=0 (allocation profiling only; the
+# CPU sampler's cost is measured by scripts/bench_cpu.sh). heaptrack is left out: its
+# interpreter is a second process fed through a pipe.
+if [[ $MODE == callgrind ]]; then
+  command -v valgrind >/dev/null || ensure /usr/bin/valgrind valgrind ||
+    { echo "missing valgrind" >&2; exit 1; }
+  declare -A N1=([alloc_loop]=200000 [cross_thread]=50000 [container_churn]=2000 [python]=20000 [sqlite]=10000)
+  declare -A N2=([alloc_loop]=1200000 [cross_thread]=300000 [container_churn]=10000 [python]=120000 [sqlite]=60000)
+  declare -A UNIT=([alloc_loop]=op [cross_thread]=op [container_churn]=round [python]=iteration [sqlite]=INSERT)
+  CG_CONFIGS=()
+  for c in jemalloc d9 jeprof tcmalloc; do [[ " ${CONFIGS[*]} " == *" $c "* ]] && CG_CONFIGS+=("$c"); done
+  # instructions CONFIG WORKLOAD N: total Ir of one run, all processes and threads.
+  instructions() {
+    local cfg=$1 w=$2 n=$3 f=$OUT/cg.out
+    local -a envs cmd
+    local input=/dev/null
+    mapfile -t envs < <(cmd_env "$cfg")
+    [[ $cfg == d9 ]] && envs+=(D9_CPU_HZ=0)
+    case $w in
+      python) cmd=(/usr/bin/python3 -c "$(py_churn "$n")") ;;
+      sqlite) input=$OUT.sql.$n; sql_file "$n" >"$input"; cmd=(/usr/bin/sqlite3 :memory:) ;;
+      *) cmd=("$BIN/$w" "$n") ;;
+    esac
+    (cd "$OUT" && valgrind --tool=callgrind --trace-children=yes --callgrind-out-file="$f.%p" \
+      env -i "${envs[@]}" "${cmd[@]}" <"$input" >/dev/null 2>"$log") ||
+      { echo "FAILED under callgrind: $cfg $w $n" >&2; cat "$log" >&2; exit 1; }
+    for g in "$f".*; do awk '/^(summary|totals):/ { print $2; exit }' "$g"; done | awk '{ s += $1 } END { print s }'
+    find "$OUT" -mindepth 1 -delete
+  }
+  echo "# callgrind: configs ${CG_CONFIGS[*]}; d9 with D9_CPU_HZ=0"
+  printf '\n%-16s %-10s %14s %12s %12s\n' workload config "Ir/unit" "+ vs jemalloc" "share of jeprof"
+  for w in alloc_loop cross_thread container_churn python sqlite; do
+    declare -A IPU=()
+    for cfg in "${CG_CONFIGS[@]}"; do
+      a=$(instructions "$cfg" "$w" "${N1[$w]}")
+      b=$(instructions "$cfg" "$w" "${N2[$w]}")
+      IPU[$cfg]=$(awk -v a="$a" -v b="$b" -v n1="${N1[$w]}" -v n2="${N2[$w]}" 'BEGIN { printf "%.2f", (b - a) / (n2 - n1) }')
+    done
+    for cfg in "${CG_CONFIGS[@]}"; do
+      awk -v w="$w (${UNIT[$w]})" -v c="$cfg" -v x="${IPU[$cfg]}" -v j="${IPU[jemalloc]}" -v p="${IPU[jeprof]:-}" '
+        BEGIN { share = (p != "" && p - j > 0) ? sprintf("%.2f", (x - j) / (p - j)) : "NA"
+                printf "%-16s %-10s %14.1f %+12.1f %12s\n", w, c, x, x - j, c == "jemalloc" ? "" : share }'
+    done
+  done
+  echo "# Ir/unit = (Ir(N2) - Ir(N1)) / (N2 - N1); N1/N2 per workload:" \
+    "$(for w in alloc_loop cross_thread container_churn python sqlite; do printf '%s %s/%s, ' "$w" "${N1[$w]}" "${N2[$w]}"; done | sed 's/, $//')"
+  echo "# share of jeprof = (config - jemalloc) / (jeprof - jemalloc): issue 7 asks d9 <= 0.25"
+  exit 0
+fi
 
 # --- rounds --------------------------------------------------------------------------
 : >"$RESULTS"  # lines: workload round config value
