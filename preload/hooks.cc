@@ -1,7 +1,8 @@
 // Every function libd9.so interposes, in one place (malloc, free, the unaligned news and
-// the unaligned deletes are in preload/fast_path.S, with their out-of-line halves here). Each is a thin wrapper:
-// the inline sampling check (one TLS subtract and branch) and a call into jemalloc; only
-// when the thread's byte counter runs out does the out-of-line sampled path run.
+// the unaligned deletes are in preload/fast_path.S, with their out-of-line halves here).
+// Each is a thin wrapper: the inline sampling check (one TLS subtract and branch) and a
+// call into jemalloc; only when the thread's byte counter runs out does the out-of-line
+// sampled path run.
 //
 // Where jemalloc and glibc differ, the wrappers keep glibc's documented contract, which is
 // what programs on this platform were written against:
