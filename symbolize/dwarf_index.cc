@@ -3,6 +3,7 @@
 #include <dwarf.h>
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 #include <utility>
 
@@ -13,6 +14,8 @@ namespace {
 bool IsFunction(int tag) {
   return tag == DW_TAG_subprogram || tag == DW_TAG_inlined_subroutine || tag == DW_TAG_entry_point;
 }
+
+constexpr Dwarf_Off kUnitEnd = ~Dwarf_Off{0};
 
 bool IsScope(int tag) {
   return tag == DW_TAG_namespace || tag == DW_TAG_class_type || tag == DW_TAG_structure_type ||
@@ -32,22 +35,22 @@ CuIndex::CuIndex(Dwarf_Die cu) : cu_(cu) {
   // Depth-first over the unit; each item is the first child of a DIE to visit.
   struct Item {
     Dwarf_Die first;
-    int32_t parent;   // enclosing function instance
-    uint32_t prefix;  // index into prefixes_
+    int32_t parent;  // enclosing function instance
+    int32_t scope;   // enclosing namespace
   };
   std::vector<Item> stack;
   Dwarf_Die child;
-  if (dwarf_child(&cu_, &child) == 0) stack.push_back({child, -1, 0});
+  if (dwarf_child(&cu_, &child) == 0) stack.push_back({child, -1, -1});
   while (!stack.empty()) {
     Item item = stack.back();
     stack.pop_back();
     Dwarf_Die die = item.first;
+    const Dwarf_Off end = item.scope >= 0 ? scopes_[item.scope].end : kUnitEnd;
+    bool more;
     do {
       int tag = dwarf_tag(&die);
+      int32_t scope = -1;  // a scope found here: it ends where its next sibling starts
       if (IsFunction(tag)) {
-        if (tag == DW_TAG_subprogram && item.prefix != 0) {
-          decl_prefix_[dwarf_dieoffset(&die)] = item.prefix;
-        }
         Dwarf_Addr base, lo, hi;
         ptrdiff_t off = 0;
         int32_t id = static_cast<int32_t>(funcs_.size());
@@ -63,20 +66,21 @@ CuIndex::CuIndex(Dwarf_Die cu) : cu_(cu) {
         if (has_code) {
           funcs_.push_back({die, item.parent});
           depth.push_back(d);
-          if (dwarf_child(&die, &child) == 0) stack.push_back({child, id, item.prefix});
+          if (dwarf_child(&die, &child) == 0) stack.push_back({child, id, item.scope});
         }
       } else if (tag == DW_TAG_lexical_block) {
-        if (dwarf_child(&die, &child) == 0) stack.push_back({child, item.parent, item.prefix});
+        if (dwarf_child(&die, &child) == 0) stack.push_back({child, item.parent, item.scope});
       } else if (IsScope(tag) && item.parent < 0) {
-        if (dwarf_child(&die, &child) == 0) {
-          const char* name = dwarf_diename(&die);
-          prefixes_.push_back(prefixes_[item.prefix] +
-                              (name != nullptr ? name : "(anonymous namespace)") + "::");
-          stack.push_back({child, -1, static_cast<uint32_t>(prefixes_.size() - 1)});
-        }
+        scope = static_cast<int32_t>(scopes_.size());
+        bool is_namespace = tag == DW_TAG_namespace;
+        scopes_.push_back({dwarf_dieoffset(&die), end, item.scope, is_namespace, die, {}});
+        if (is_namespace && dwarf_child(&die, &child) == 0) stack.push_back({child, -1, scope});
       }
-    } while (dwarf_siblingof(&die, &die) == 0);
+      more = dwarf_siblingof(&die, &die) == 0;
+      if (scope >= 0 && more) scopes_[scope].end = dwarf_dieoffset(&die);
+    } while (more);
   }
+  sort_scopes();
 
   // Sweep the range boundaries; between two, the deepest open instance owns the addresses
   // (ties, from overlapping siblings in odd DWARF, go to the first in the unit).
@@ -133,8 +137,58 @@ void CuIndex::chain(Dwarf_Addr addr, std::vector<Dwarf_Die>* out) const {
 const std::string* CuIndex::prefix(Dwarf_Die* decl) const {
   Dwarf_Die cu;
   if (dwarf_diecu(decl, &cu, nullptr, nullptr) == nullptr || cu.addr != cu_.addr) return nullptr;
-  auto it = decl_prefix_.find(dwarf_dieoffset(decl));
-  return &prefixes_[it != decl_prefix_.end() ? it->second : 0];
+  static const std::string kTop;
+  Dwarf_Off offset = dwarf_dieoffset(decl);
+  int32_t s = innermost(offset);
+  while (s >= 0 && !scopes_[s].read) {  // a class: list the classes nested in it, look again
+    scopes_[s].read = true;
+    Dwarf_Die child;
+    if (dwarf_child(&scopes_[s].die, &child) == 0) add_scopes(child, s);
+    s = innermost(offset);
+  }
+  return s < 0 ? &kTop : &prefix_of(s);
+}
+
+void CuIndex::add_scopes(Dwarf_Die die, int32_t parent) const {
+  bool more;
+  do {
+    int32_t scope = -1;
+    if (IsScope(dwarf_tag(&die))) {
+      scope = static_cast<int32_t>(scopes_.size());
+      scopes_.push_back({dwarf_dieoffset(&die), scopes_[parent].end, parent, false, die, {}});
+    }
+    more = dwarf_siblingof(&die, &die) == 0;
+    if (scope >= 0 && more) scopes_[scope].end = dwarf_dieoffset(&die);
+  } while (more);
+  sort_scopes();
+}
+
+void CuIndex::sort_scopes() const {
+  by_begin_.resize(scopes_.size());
+  for (size_t i = 0; i < by_begin_.size(); ++i) by_begin_[i] = static_cast<int32_t>(i);
+  std::sort(by_begin_.begin(), by_begin_.end(),
+            [this](int32_t a, int32_t b) { return scopes_[a].begin < scopes_[b].begin; });
+}
+
+int32_t CuIndex::innermost(Dwarf_Off offset) const {
+  // Scopes nest or are disjoint, so the innermost one around `offset` is the last to begin
+  // at or before it, or one of that one's ancestors.
+  auto it = std::upper_bound(by_begin_.begin(), by_begin_.end(), offset,
+                             [this](Dwarf_Off o, int32_t s) { return o < scopes_[s].begin; });
+  if (it == by_begin_.begin()) return -1;
+  int32_t s = *std::prev(it);
+  while (s >= 0 && offset >= scopes_[s].end) s = scopes_[s].parent;
+  return s;
+}
+
+const std::string& CuIndex::prefix_of(int32_t s) const {
+  Scope& scope = scopes_[s];
+  if (scope.prefix.empty()) {  // never empty once built: it ends in "::"
+    const char* name = dwarf_diename(&scope.die);
+    scope.prefix = (scope.parent >= 0 ? prefix_of(scope.parent) : std::string()) +
+                   (name != nullptr ? name : "(anonymous namespace)") + "::";
+  }
+  return scope.prefix;
 }
 
 }  // namespace d9::symbolize

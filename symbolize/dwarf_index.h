@@ -7,13 +7,16 @@
 // instance, and paints their address ranges, innermost over outer, into sorted segments.
 // A lookup is then a binary search and a walk up the parents.
 //
-// It also remembers the namespace/class prefix of every subprogram DIE declared inside a
-// namespace or class, to name functions that have no DW_AT_linkage_name.
+// It also remembers where the unit's namespaces and classes lie (their DIE offset ranges),
+// to name functions that have no DW_AT_linkage_name by the scopes of their declaration.
+// Class bodies hold only declarations (compilers put every function with code at namespace
+// level), so the walk skips them; a class's nested classes are read when a name needs them.
 #pragma once
 
 #include <elfutils/libdw.h>
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -28,8 +31,8 @@ class CuIndex {
   // innermost first, ending with the real function. Empty when none does.
   void chain(Dwarf_Addr addr, std::vector<Dwarf_Die>* out) const;
 
-  // "ns::Klass::" for a subprogram DIE of this unit declared in namespace ns, class Klass;
-  // "" for one at the top of this unit; nullptr for a DIE of another unit.
+  // "ns::Klass::" for a DIE of this unit declared in namespace ns, class Klass; "" for one
+  // at the top of this unit; nullptr for a DIE of another unit.
   const std::string* prefix(Dwarf_Die* decl) const;
 
   Dwarf_Die* cu() { return &cu_; }
@@ -53,12 +56,30 @@ class CuIndex {
     Dwarf_Addr lo, hi;
     int32_t instance;
   };
+  // A namespace, class, struct or union: its DIE and the offsets of its subtree.
+  struct Scope {
+    Dwarf_Off begin, end;  // [its DIE's offset, its next sibling's (or its parent's end))
+    int32_t parent;        // enclosing scope; -1 at the top of the unit
+    bool read;             // its nested scopes are listed (namespaces: from the start)
+    Dwarf_Die die;
+    std::string prefix;  // "ns::Klass::", once asked for
+  };
+
+  // Lists the scopes among `first` and its siblings, the children of scope `parent`.
+  void add_scopes(Dwarf_Die first, int32_t parent) const;
+  void sort_scopes() const;
+  // Index of the innermost listed scope around `offset`, or -1.
+  int32_t innermost(Dwarf_Off offset) const;
+  // "ns::Klass::" of scope `s`, built on first use.
+  const std::string& prefix_of(int32_t s) const;
 
   Dwarf_Die cu_;
   std::vector<Instance> funcs_;
-  std::vector<Segment> segments_;                        // sorted, disjoint
-  std::vector<std::string> prefixes_{std::string()};     // [0] = top level
-  std::unordered_map<Dwarf_Off, uint32_t> decl_prefix_;  // subprogram DIE -> prefixes_ index
+  std::vector<Segment> segments_;  // sorted, disjoint
+  // In the order found; by_begin_ sorts them by begin. Grows as class bodies are read (a
+  // deque, so that a prefix handed out stays where it is).
+  mutable std::deque<Scope> scopes_;
+  mutable std::vector<int32_t> by_begin_;
   std::unordered_map<Dwarf_Off, Name> names_;
 };
 

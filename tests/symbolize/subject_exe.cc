@@ -24,6 +24,27 @@ SYMTEST_NOINLINE void outer_fn(SymtestChain* c) {
   SYMTEST_BARRIER();
 }
 
+namespace {
+
+struct Outer {
+  struct Inner {
+    static void probe(SymtestProbe* p);
+  };
+  int unused;
+};
+
+SYMTEST_INLINE void Outer::Inner::probe(SymtestProbe* p) {
+  symtest_record(p, __LINE__);
+  SYMTEST_BARRIER();
+}
+
+}  // namespace
+
+SYMTEST_NOINLINE void internal_fn(SymtestProbe* p) {
+  Outer::Inner::probe(p);
+  SYMTEST_BARRIER();
+}
+
 }  // namespace symtest
 
 namespace ns {

@@ -154,6 +154,20 @@ TEST(Symbolizer, DemanglesMethod) {
   EXPECT_EQ(f[0].line, static_cast<uint32_t>(k.probe.line));
 }
 
+// An inlined function without a linkage name is named by the namespaces and classes around
+// its declaration, down through nested classes.
+TEST(Symbolizer, QualifiesFunctionsWithoutLinkageName) {
+  SymtestProbe p;
+  symtest::internal_fn(&p);
+  Symbolizer s;
+  const std::vector<Frame>& f = s.resolve(p.addr);
+  ASSERT_EQ(f.size(), 2u) << Dump(f);
+  EXPECT_EQ(f[0].function, "symtest::internal_fn(SymtestProbe*)");
+  EXPECT_EQ(f[1].function, "symtest::(anonymous namespace)::Outer::Inner::probe");
+  EXPECT_EQ(Basename(f[1].file), "subject_exe.cc");
+  EXPECT_EQ(f[1].line, static_cast<uint32_t>(p.line));
+}
+
 TEST(Symbolizer, CachesByAddress) {
   SymtestChain c;
   symtest::outer_fn(&c);
