@@ -34,7 +34,8 @@
 #
 # Environment: BUILD_DIR (default <repo>/build), JEMALLOC, ALLOC_N, CROSS_N, CHURN_N,
 # PY_N, SQL_N (work per run), REDIS_PORT (default 63079), DOC (default docs/benchmarks.md;
-# empty: don't write), NO_BUILD=1 (use the build as is), NO_INSTALL=1 (never apt-get).
+# empty: don't write), NO_BUILD=1 (use the build as is), NO_INSTALL=1 (never apt-get),
+# CG_WORKLOADS (--callgrind only: which workloads, space-separated).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -235,7 +236,7 @@ if [[ $MODE == callgrind ]]; then
     mapfile -t envs < <(cmd_env "$cfg")
     [[ $cfg == d9 ]] && envs+=(D9_CPU_HZ=0)
     case $w in
-      python) cmd=(/usr/bin/python3 -c "$(py_churn "$n")") ;;
+      python) cmd=(/usr/bin/python3 -c "$(py_churn "$n")"); envs+=(PYTHONHASHSEED=0) ;;  # same dicts every run
       sqlite) input=$OUT.sql.$n; sql_file "$n" >"$input"; cmd=(/usr/bin/sqlite3 :memory:) ;;
       *) cmd=("$BIN/$w" "$n") ;;
     esac
@@ -246,23 +247,32 @@ if [[ $MODE == callgrind ]]; then
     find "$OUT" -mindepth 1 -delete
   }
   echo "# callgrind: configs ${CG_CONFIGS[*]}; d9 with D9_CPU_HZ=0"
-  printf '\n%-16s %-10s %14s %12s %12s\n' workload config "Ir/unit" "+ vs jemalloc" "share of jeprof"
-  for w in alloc_loop cross_thread container_churn python sqlite; do
-    declare -A IPU=()
+  printf '\n%-26s %-9s %10s %10s %9s  %12s %9s\n' "" "" "per unit" "" "" "whole run" ""
+  printf '%-26s %-9s %10s %10s %9s  %12s %9s\n' workload config "Ir" "+Ir" "of jeprof" "+Ir at N2" "of jeprof"
+  read -r -a cg_workloads <<<"${CG_WORKLOADS:-alloc_loop cross_thread container_churn python sqlite}"
+  for w in "${cg_workloads[@]}"; do
+    declare -A A=() B=()
     for cfg in "${CG_CONFIGS[@]}"; do
-      a=$(instructions "$cfg" "$w" "${N1[$w]}")
-      b=$(instructions "$cfg" "$w" "${N2[$w]}")
-      IPU[$cfg]=$(awk -v a="$a" -v b="$b" -v n1="${N1[$w]}" -v n2="${N2[$w]}" 'BEGIN { printf "%.2f", (b - a) / (n2 - n1) }')
+      A[$cfg]=$(instructions "$cfg" "$w" "${N1[$w]}")
+      B[$cfg]=$(instructions "$cfg" "$w" "${N2[$w]}")
     done
     for cfg in "${CG_CONFIGS[@]}"; do
-      awk -v w="$w (${UNIT[$w]})" -v c="$cfg" -v x="${IPU[$cfg]}" -v j="${IPU[jemalloc]}" -v p="${IPU[jeprof]:-}" '
-        BEGIN { share = (p != "" && p - j > 0) ? sprintf("%.2f", (x - j) / (p - j)) : "NA"
-                printf "%-16s %-10s %14.1f %+12.1f %12s\n", w, c, x, x - j, c == "jemalloc" ? "" : share }'
+      awk -v w="$w (${UNIT[$w]})" -v c="$cfg" -v n1="${N1[$w]}" -v n2="${N2[$w]}" \
+        -v a="${A[$cfg]}" -v b="${B[$cfg]}" -v ja="${A[jemalloc]}" -v jb="${B[jemalloc]}" \
+        -v pa="${A[jeprof]:-}" -v pb="${B[jeprof]:-}" '
+        function share(x, p) { return (pb != "" && p > 0) ? sprintf("%.2f", x / p) : "NA" }
+        BEGIN {
+          unit = (b - a) / (n2 - n1); junit = (jb - ja) / (n2 - n1); punit = (pb - pa) / (n2 - n1)
+          printf "%-26s %-9s %10.1f %+10.1f %9s  %+11.2f%% %9s\n", w, c, unit, unit - junit,
+            c == "jemalloc" ? "" : share(unit - junit, punit - junit), 100 * (b - jb) / jb,
+            c == "jemalloc" ? "" : share(b - jb, pb - jb) }'
     done
   done
-  echo "# Ir/unit = (Ir(N2) - Ir(N1)) / (N2 - N1); N1/N2 per workload:" \
-    "$(for w in alloc_loop cross_thread container_churn python sqlite; do printf '%s %s/%s, ' "$w" "${N1[$w]}" "${N2[$w]}"; done | sed 's/, $//')"
-  echo "# share of jeprof = (config - jemalloc) / (jeprof - jemalloc): issue 7 asks d9 <= 0.25"
+  echo "# per unit: Ir = (Ir(N2) - Ir(N1)) / (N2 - N1), start-up and exit cancel out; whole run: all"
+  echo "# instructions of the run at N2 against jemalloc's, start-up and exit included (d9 writes and"
+  echo "# symbolizes its trace at exit; jeprof and tcmalloc keep their samples in memory). N1/N2:" \
+    "$(for w in "${cg_workloads[@]}"; do printf '%s %s/%s, ' "$w" "${N1[$w]}" "${N2[$w]}"; done | sed 's/, $//')"
+  echo "# of jeprof = (config - jemalloc) / (jeprof - jemalloc); issue 7 asks d9 <= 0.25"
   exit 0
 fi
 
