@@ -150,7 +150,15 @@ TEST_F(E2ECpu, RecoversKnownSplitNamesAndRate) {
       }
     }
   }
-  for (const Sample& x : s.all) complete += x.stack.size() >= 4;
+  uint64_t in_work = 0, in_work_complete = 0;
+  for (const Sample& x : s.all) {
+    complete += x.stack.size() >= 4;
+    if (inside(truth.sites["work_a"], x.stack[0]) || inside(truth.sites["work_b"], x.stack[0]) ||
+        inside(truth.sites["work_c"], x.stack[0])) {
+      ++in_work;
+      in_work_complete += x.stack.size() >= 5;
+    }
+  }
   double truth_a = truth.a_s / (truth.a_s + truth.b_s);
   double share_a = static_cast<double>(a) / static_cast<double>(a + b);
   std::printf("worker: %lu samples (%.1f expected), work_a %.1f%% (truth %.1f%%)\n", worker,
@@ -166,10 +174,16 @@ TEST_F(E2ECpu, RecoversKnownSplitNamesAndRate) {
   EXPECT_GT(named_after, 0u);
   EXPECT_EQ(named_after_ok, named_after);
   EXPECT_EQ(with_cpu, s.all.size());
-  // Every stack goes down to clone(): work_x, the thread function, d9's start wrapper,
-  // start_thread, clone3 — and the writer knew it reached the bottom. The exception, counted
-  // as truncated: a sample taken before the writer built the unwind tables (start-up).
-  EXPECT_EQ(complete + s.closing_truncated, s.all.size());
+  // Every stack in the work goes down to clone(): work_x, the thread function, d9's start
+  // wrapper, start_thread, clone3 — and the writer knew it reached the bottom. The
+  // exception, counted as truncated: a sample taken before the writer built the unwind
+  // tables (start-up). Outside the work a complete stack may be short, and rarely is: a
+  // tick as a thread starts or ends in d9's start wrapper (3 frames down to clone3), or
+  // as the process starts before main (down to _start).
+  EXPECT_GE(in_work_complete + s.closing_truncated, in_work);
+  EXPECT_LE(complete + s.closing_truncated, s.all.size());
+  EXPECT_GE(complete + s.closing_truncated + s.all.size() / 200, s.all.size())
+      << "short complete stacks outside the work";
   EXPECT_EQ(s.closing_samples, s.all.size());
   EXPECT_LE(s.closing_truncated, s.all.size() / 100);
 }
