@@ -117,7 +117,7 @@ class SegmentBuilder {
     }
   }
 
-  std::vector<uint8_t> bytes() const { return e_.bytes(); }
+  std::vector<uint8_t> bytes() const { return {e_.bytes().begin(), e_.bytes().end()}; }
 
  private:
   void schema(uint16_t id, const std::string& name, bool ts,

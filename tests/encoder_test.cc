@@ -15,7 +15,7 @@
 namespace d9 {
 namespace {
 
-decode::Trace decode_bytes(const std::vector<uint8_t>& bytes) {
+decode::Trace decode_bytes(std::span<const uint8_t> bytes) {
   decode::Trace t = decode::DecodeTrace(bytes);
   EXPECT_TRUE(t.ok()) << t.error;
   return t;
@@ -192,7 +192,7 @@ TEST(Encoder, CpuSampleMatchesTheContract) {
     for (char c : name) schema.push_back(static_cast<uint8_t>(c));
     schema.push_back(tag);
   }
-  const std::vector<uint8_t>& out = e.bytes();
+  std::span<const uint8_t> out = e.bytes();
   EXPECT_NE(std::search(out.begin(), out.end(), schema.begin(), schema.end()), out.end());
 
   decode::Trace t = decode_bytes(out);

@@ -1,5 +1,6 @@
 #include "writer/encoder.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -61,12 +62,22 @@ const EventSpec kSymbol{fmt::kSymbolTableEntry, true, kSymbolFields};
 }  // namespace
 
 Encoder::Encoder() {
-  out_.reserve(1 << 16);
+  out_.resize(4096);  // grows by doubling to what the writer flushes at once
+}
+
+void Encoder::grow(size_t n) {
+  out_.resize(std::max(2 * out_.size(), used_ + n));
+}
+
+void Encoder::append_bytes(const void* p, size_t n) {
+  reserve(n);
+  if (n != 0) memcpy(out_.data() + used_, p, n);
+  used_ += n;
 }
 
 void Encoder::begin_stream() {
-  out_.insert(out_.end(), fmt::kMagic, fmt::kMagic + sizeof(fmt::kMagic));
-  out_.push_back(fmt::kVersion);
+  append_bytes(fmt::kMagic, sizeof(fmt::kMagic));
+  put_u8(fmt::kVersion);
   schema_ids_.clear();
   strings_.clear();
   stacks_.clear();
@@ -105,10 +116,9 @@ constexpr size_t kMaxHeader = 1 + 8 + 1 + 2 + 3;
 
 template <class Write>
 void Encoder::append(size_t max, Write write) {
-  size_t at = out_.size();
-  out_.resize(at + max);
-  uint8_t* end = write(out_.data() + at);
-  out_.resize(static_cast<size_t>(end - out_.data()));
+  reserve(max);
+  uint8_t* end = write(out_.data() + used_);
+  used_ = static_cast<size_t>(end - out_.data());
 }
 
 template <size_t N>
@@ -138,7 +148,7 @@ void Encoder::put_varint(uint64_t v) {
 
 void Encoder::put_bytes(std::string_view s) {
   put_u32(static_cast<uint32_t>(s.size()));
-  out_.insert(out_.end(), s.begin(), s.end());
+  append_bytes(s.data(), s.size());
 }
 
 uint16_t Encoder::schema_id(const EventSpec& spec) {
@@ -151,13 +161,13 @@ uint16_t Encoder::schema_id(const EventSpec& spec) {
   put_u16(id);
   size_t name_len = strlen(spec.name);
   put_u16(static_cast<uint16_t>(name_len));
-  out_.insert(out_.end(), spec.name, spec.name + name_len);
+  append_bytes(spec.name, name_len);
   put_u8(spec.has_timestamp ? 1 : 0);
   put_u16(static_cast<uint16_t>(spec.fields.size()));
   for (const FieldSpec& f : spec.fields) {
     size_t len = strlen(f.name);
     put_u16(static_cast<uint16_t>(len));
-    out_.insert(out_.end(), f.name, f.name + len);
+    append_bytes(f.name, len);
     put_u8(f.type);
   }
   return id;

@@ -63,10 +63,10 @@ class Encoder {
   void symbol_entry(uint64_t addr, uint64_t size, std::string_view name, uint64_t inline_depth,
                     std::string_view file, uint64_t line);
 
-  // Encoded bytes since the last take(); the buffer is handed over and cleared.
-  std::vector<uint8_t>& bytes() { return out_; }
-  size_t size() const { return out_.size(); }
-  void clear_bytes() { out_.clear(); }
+  // Encoded bytes since the last clear_bytes().
+  std::span<const uint8_t> bytes() const { return {out_.data(), used_}; }
+  size_t size() const { return used_; }
+  void clear_bytes() { used_ = 0; }
 
   // Distinct stacks interned in this sub-stream (for tests and sizing).
   size_t stack_count() const { return stacks_.size(); }
@@ -74,7 +74,10 @@ class Encoder {
   const std::unordered_set<uint64_t>& frame_addresses() const { return frame_addresses_; }
 
   // Low-level pieces, public so tests can build unusual streams.
-  void put_u8(uint8_t v) { out_.push_back(v); }
+  void put_u8(uint8_t v) {
+    reserve(1);
+    out_[used_++] = v;
+  }
   template <size_t N>
   void put_le(uint64_t v);  // the low N bytes of v
   void put_u16(uint16_t v);
@@ -95,10 +98,19 @@ class Encoder {
   // Appends at most `max` bytes: `write(p)` fills them from p and returns where it stopped.
   template <class Write>
   void append(size_t max, Write write);
+  void append_bytes(const void* p, size_t n);
+  // Room for `n` more bytes past used_.
+  void reserve(size_t n) {
+    if (out_.size() - used_ < n) grow(n);
+  }
+  void grow(size_t n);
   uint32_t intern_string(std::string_view s);
   uint32_t intern_stack(std::span<const uint64_t> frames);
 
+  // [0, used_) is the stream; the rest is room to encode into without zero-filling it per
+  // field (the vector is only ever resized to grow).
   std::vector<uint8_t> out_;
+  size_t used_ = 0;
   std::vector<std::pair<const EventSpec*, uint16_t>> schema_ids_;
   std::unordered_map<std::string, uint32_t> strings_;
   StackTable stacks_;
