@@ -25,21 +25,36 @@ bool Collector::pending(const Rings& rings, const Counters& c) const {
          dropped_frees(rings, c) != reported_dropped_frees_;
 }
 
+void Collector::copy(const void* rec, size_t size, Item* item) {
+  item->in_ring = nullptr;
+  item->offset = static_cast<uint32_t>(batch_.size());
+  batch_.insert(batch_.end(), static_cast<const uint8_t*>(rec),
+                static_cast<const uint8_t*>(rec) + size);
+}
+
 void Collector::copy_out(Ring& ring, bool is_free) {
-  const size_t record_size = ring.record_size();
   while (const void* rec = ring.peek()) {
-    size_t used = record_size;
-    uint64_t ts;
-    if (is_free) {
-      ts = static_cast<const FreeRecord*>(rec)->timestamp_ns;
-    } else {
-      const auto* r = static_cast<const AllocRecord*>(rec);
-      used = std::min(record_size, sizeof(AllocRecord) + r->depth * sizeof(uint64_t));
-      ts = r->timestamp_ns;
-    }
-    order_.push_back({ts, static_cast<uint32_t>(batch_.size()), is_free, 0});
-    batch_.insert(batch_.end(), static_cast<const uint8_t*>(rec),
-                  static_cast<const uint8_t*>(rec) + used);
+    order_.push_back({static_cast<const FreeRecord*>(rec)->timestamp_ns, nullptr, 0, is_free, 0});
+    copy(rec, sizeof(FreeRecord), &order_.back());
+    ring.pop();
+  }
+}
+
+void Collector::list_allocs(Ring& ring) {
+  const size_t first = order_.size();
+  bool in_order = true;
+  for (uint64_t k = 0;; ++k) {
+    const void* rec = ring.peek_at(k);
+    if (rec == nullptr) break;
+    uint64_t ts = static_cast<const AllocRecord*>(rec)->timestamp_ns;
+    in_order = in_order && (order_.size() == first || order_.back().ts <= ts);
+    order_.push_back({ts, rec, 0, false, 0});
+  }
+  if (in_order) return;
+  for (size_t i = first; i < order_.size(); ++i) {
+    const auto* r = static_cast<const AllocRecord*>(order_[i].in_ring);
+    copy(r, std::min(ring.record_size(), sizeof(AllocRecord) + r->depth * sizeof(uint64_t)),
+         &order_[i]);
     ring.pop();
   }
 }
@@ -57,13 +72,11 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
   runs[run_count++] = order_.size();
   copy_out(rings.frees_overflow, true);
   runs[run_count++] = order_.size();
-  copy_out(rings.allocs, false);
+  list_allocs(rings.allocs);
   runs[run_count++] = order_.size();
   for (const PendingFree& p : pending_frees_) {
-    order_.push_back(
-        {p.record.timestamp_ns, static_cast<uint32_t>(batch_.size()), true, p.drains_waited + 1});
-    const auto* bytes = reinterpret_cast<const uint8_t*>(&p.record);
-    batch_.insert(batch_.end(), bytes, bytes + sizeof(FreeRecord));
+    order_.push_back({p.record.timestamp_ns, nullptr, 0, true, p.drains_waited + 1});
+    copy(&p.record, sizeof(FreeRecord), &order_.back());
   }
   pending_frees_.clear();
   runs[run_count++] = order_.size();
@@ -85,7 +98,8 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
   const bool liveset = settings().liveset;
   uint64_t written = 0;
   for (const Item& item : order_) {
-    const uint8_t* rec = &batch_[item.offset];
+    const auto* rec =
+        item.in_ring ? static_cast<const uint8_t*>(item.in_ring) : &batch_[item.offset];
     if (item.is_free) {
       FreeRecord f;
       memcpy(&f, rec, sizeof(f));
@@ -115,6 +129,8 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
         live_.emplace(a->addr, Live{a->timestamp_ns, a->size, a->tid,
                                     stacks_.intern({a->frames(), a->depth}).id});
       }
+      // The merges keep each run's order: in-ring records come up in ring order.
+      if (item.in_ring) rings.allocs.pop();
     }
     ++written;
   }

@@ -41,12 +41,18 @@ class Collector {
   };
   struct Item {
     uint64_t ts;
-    uint32_t offset;  // into batch_
+    const void* in_ring;  // an allocation record still in its ring slot, else nullptr
+    uint32_t offset;      // into batch_, when not in the ring
     bool is_free;
     uint32_t drains_waited;  // frees: drains already spent pending
   };
 
   void copy_out(Ring& ring, bool is_free);
+  // Lists the allocation records where they lie. They are encoded in ring order, each slot
+  // freed as soon as its record is; a run out of time order (threads that claimed close
+  // together) is copied out instead, to be sorted.
+  void list_allocs(Ring& ring);
+  void copy(const void* rec, size_t size, Item* item);
 
   std::vector<uint8_t> batch_;  // copies of the drained records
   std::vector<Item> order_;

@@ -105,11 +105,16 @@ class Ring {
   }
 
   // Consumer: the next published record, or nullptr if none is ready.
-  const void* peek() const {
-    if (!base_) return nullptr;
-    uint64_t i = dequeue_ & mask_;
+  const void* peek() const { return peek_at(0); }
+
+  // Consumer: the record `k` places after peek()'s, or nullptr if it is not published yet.
+  // Records stay in their slots, readable, until pop() frees them in order.
+  const void* peek_at(uint64_t k) const {
+    if (!base_ || k > mask_) return nullptr;
+    uint64_t pos = dequeue_ + k;
+    uint64_t i = pos & mask_;
     const Header* h = header(i);
-    if (h->seq.load(std::memory_order_acquire) + i != dequeue_ + 1) return nullptr;
+    if (h->seq.load(std::memory_order_acquire) + i != pos + 1) return nullptr;
     return h + 1;
   }
 

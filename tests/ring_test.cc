@@ -61,6 +61,40 @@ TEST(Ring, ClaimedButUnpublishedSlotHoldsBackConsumerOnly) {
   ASSERT_NE(ring.peek(), nullptr);
 }
 
+// The writer lists records where they lie, then frees their slots one by one: a slot is
+// never handed to a producer before it is popped, and peek_at stops at the first record
+// not yet published, and at the ring's end.
+TEST(Ring, PeekAtReadsAheadAndSlotsStayHeldUntilPopped) {
+  Ring ring;
+  ASSERT_TRUE(ring.init(4, sizeof(Rec)));
+  uint64_t pos[4];
+  for (uint64_t i = 0; i < 4; ++i) {
+    void* slot = ring.try_claim(&pos[i]);
+    ASSERT_NE(slot, nullptr);
+    *static_cast<Rec*>(slot) = {0, i, 0};
+  }
+  ring.publish(pos[0]);
+  ring.publish(pos[1]);
+  ring.publish(pos[3]);
+  EXPECT_EQ(static_cast<const Rec*>(ring.peek_at(1))->seq, 1u);
+  EXPECT_EQ(ring.peek_at(2), nullptr);  // claimed, not published
+  ring.publish(pos[2]);
+  for (uint64_t k = 0; k < 4; ++k) {
+    ASSERT_NE(ring.peek_at(k), nullptr);
+    EXPECT_EQ(static_cast<const Rec*>(ring.peek_at(k))->seq, k);
+  }
+  EXPECT_EQ(ring.peek_at(4), nullptr);  // past the end: would wrap onto the first slot
+  uint64_t extra = 0;
+  EXPECT_EQ(ring.try_claim(&extra), nullptr) << "every slot is still held";
+  ring.pop();
+  void* slot = ring.try_claim(&extra);
+  ASSERT_NE(slot, nullptr) << "the popped slot is free again";
+  *static_cast<Rec*>(slot) = {0, 4, 0};
+  ring.publish(extra);
+  EXPECT_EQ(static_cast<const Rec*>(ring.peek_at(0))->seq, 1u);
+  EXPECT_EQ(static_cast<const Rec*>(ring.peek_at(3))->seq, 4u);
+}
+
 TEST(Ring, ResetForgetsEverything) {
   Ring ring;
   ASSERT_TRUE(ring.init(16, sizeof(Rec)));
