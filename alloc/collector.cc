@@ -103,15 +103,8 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
     if (item.is_free) {
       FreeRecord f;
       memcpy(&f, rec, sizeof(f));
-      auto [first, last] = live_.equal_range(f.addr);
-      auto it = live_.end();
-      for (auto i = first; i != last; ++i) {
-        if (i->second.alloc_ts < f.timestamp_ns &&
-            (it == live_.end() || i->second.alloc_ts > it->second.alloc_ts)) {
-          it = i;
-        }
-      }
-      if (it == live_.end()) {
+      LiveMap::Live live;
+      if (!live_.take_before(f.addr, f.timestamp_ns, &live)) {
         if (item.drains_waited < kMaxDrainsPending) {
           pending_frees_.push_back({f, item.drains_waited});
         } else {
@@ -120,14 +113,13 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
         continue;
       }
       // dial9 pairs a free with its alloc on addr + alloc_timestamp_ns, bit for bit.
-      enc.free_event(f.timestamp_ns, f.tid, f.addr, it->second.size, it->second.alloc_ts);
-      live_.erase(it);
+      enc.free_event(f.timestamp_ns, f.tid, f.addr, live.size, live.alloc_ts);
     } else {
       const auto* a = reinterpret_cast<const AllocRecord*>(rec);
       enc.alloc_event(a->timestamp_ns, a->tid, a->size, a->addr, {a->frames(), a->depth});
       if (liveset && maybe_sampled(reinterpret_cast<const void*>(a->addr))) {
-        live_.emplace(a->addr, Live{a->timestamp_ns, a->size, a->tid,
-                                    stacks_.intern({a->frames(), a->depth}).id});
+        live_.insert(a->addr, {a->timestamp_ns, a->size, a->tid,
+                               stacks_.intern({a->frames(), a->depth}).id});
       }
       // The merges keep each run's order: in-ring records come up in ring order.
       if (item.in_ring) rings.allocs.pop();
@@ -150,9 +142,9 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
 
 uint64_t Collector::write_live_set(Encoder& enc) const {
   // Oldest first, so a reader sees allocations in the order they were made.
-  std::vector<std::pair<uint64_t, const Live*>> by_time;
+  std::vector<std::pair<uint64_t, const LiveMap::Live*>> by_time;
   by_time.reserve(live_.size());
-  for (const auto& [addr, l] : live_) by_time.emplace_back(addr, &l);
+  live_.for_each([&](uint64_t addr, const LiveMap::Live& l) { by_time.emplace_back(addr, &l); });
   std::sort(by_time.begin(), by_time.end(),
             [](const auto& a, const auto& b) { return a.second->alloc_ts < b.second->alloc_ts; });
   for (const auto& [addr, l] : by_time) {

@@ -4,9 +4,9 @@
 #pragma once
 
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
+#include "alloc/live_map.h"
 #include "alloc/profiler.h"
 #include "alloc/records.h"
 #include "writer/segment.h"
@@ -33,12 +33,6 @@ class Collector {
   void reset();
 
  private:
-  struct Live {
-    uint64_t alloc_ts;
-    uint64_t size;
-    uint32_t tid;
-    uint32_t stack;  // id in stacks_
-  };
   struct Item {
     uint64_t ts;
     const void* in_ring;  // an allocation record still in its ring slot, else nullptr
@@ -67,7 +61,7 @@ class Collector {
   // By address. Usually one entry per address, but a free can still be in flight (timed,
   // not yet published) when a newer allocation reusing its address arrives, so an address
   // may briefly hold several incarnations; a free pairs with the newest one before it.
-  std::unordered_multimap<uint64_t, Live> live_;
+  LiveMap live_;
   // Stacks of live allocations, kept across segments for the live set at each seal.
   StackTable stacks_;
   uint64_t reported_dropped_allocs_ = 0;

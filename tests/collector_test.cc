@@ -1,6 +1,7 @@
 // The writer-side collector on hand-made ring contents: allocation records are encoded in
 // time order whether they came out of their ring in order (read in place) or not (copied
-// and sorted), frees pair with them, and every slot is handed back to the producers.
+// and sorted), frees pair with them, and every slot is handed back to the producers. And
+// its live set, against a reference map.
 #include "alloc/collector.h"
 
 #include <gtest/gtest.h>
@@ -8,9 +9,11 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "alloc/live_map.h"
 #include "alloc/records.h"
 #include "alloc/sampled_heap.h"
 #include "writer/decoder.h"
@@ -130,6 +133,64 @@ TEST_F(CollectorTest, AllocationsInOrderAreReadInPlaceAndTheirSlotsFreed) {
     EXPECT_EQ(f.alloc_ts + 5, f.ts);
     EXPECT_EQ(f.size, f.alloc_ts);
   }
+}
+
+// Several incarnations of one address: a free takes the newest allocated before it.
+TEST(LiveMap, FreeTakesTheNewestIncarnationBeforeIt) {
+  LiveMap m;
+  m.insert(0x1000, {100, 1, 0, 0});
+  m.insert(0x1000, {300, 3, 0, 0});
+  m.insert(0x1000, {200, 2, 0, 0});
+  LiveMap::Live l{};
+  EXPECT_FALSE(m.take_before(0x1000, 100, &l)) << "nothing allocated before 100";
+  EXPECT_FALSE(m.take_before(0x2000, 1000, &l)) << "another address";
+  ASSERT_TRUE(m.take_before(0x1000, 250, &l));
+  EXPECT_EQ(l.alloc_ts, 200u);
+  ASSERT_TRUE(m.take_before(0x1000, 250, &l));
+  EXPECT_EQ(l.alloc_ts, 100u);
+  EXPECT_FALSE(m.take_before(0x1000, 250, &l));
+  EXPECT_EQ(m.size(), 1u);
+  ASSERT_TRUE(m.take_before(0x1000, 1000, &l));
+  EXPECT_EQ(l.size, 3u);
+  EXPECT_EQ(m.size(), 0u);
+}
+
+// Against a reference multimap through growth and many removals (the removed entries
+// left in the table are swept out as it rehashes).
+TEST(LiveMap, MatchesAReferenceThroughGrowthAndChurn) {
+  LiveMap m;
+  std::multimap<uint64_t, uint64_t> ref;  // addr -> alloc_ts
+  uint64_t x = 12345, ts = 0;
+  for (int i = 0; i < 200000; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    uint64_t addr = 0x10000 + ((x >> 33) % 3000) * 16;
+    if ((x >> 20) % 3 != 0) {
+      m.insert(addr, {++ts, addr, 0, 0});
+      ref.emplace(addr, ts);
+    } else {
+      LiveMap::Live l{};
+      bool found = m.take_before(addr, ts + 1, &l);
+      auto [lo, hi] = ref.equal_range(addr);
+      auto newest = lo;
+      for (auto it = lo; it != hi; ++it) newest = it->second > newest->second ? it : newest;
+      ASSERT_EQ(found, lo != hi) << i;
+      if (found) {
+        EXPECT_EQ(l.alloc_ts, newest->second);
+        ref.erase(newest);
+      }
+    }
+    ASSERT_EQ(m.size(), ref.size());
+  }
+  size_t seen = 0;
+  m.for_each([&](uint64_t addr, const LiveMap::Live& l) {
+    ++seen;
+    EXPECT_EQ(l.size, addr);
+  });
+  EXPECT_EQ(seen, ref.size());
+  m.clear();
+  EXPECT_EQ(m.size(), 0u);
+  LiveMap::Live l{};
+  EXPECT_FALSE(m.take_before(0x10000, ts + 1, &l));
 }
 
 }  // namespace
