@@ -1,5 +1,6 @@
 // Records that travel from application threads to the writer thread through the rings.
-// Fixed layout, no pointers to heap memory: the writer copies them out and encodes them.
+// Fixed layout, no pointers to heap memory: the writer reads them in their ring slots (or
+// copies them out, to sort them) and encodes them.
 #pragma once
 
 #include <cstddef>
