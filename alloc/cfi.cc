@@ -120,15 +120,6 @@ class Cursor {
   bool ok_ = true;
 };
 
-struct Cie {
-  uint64_t code_align = 1;
-  int64_t data_align = -8;
-  uint8_t fde_enc = 0;
-  bool has_aug_data = false;
-  bool signal_frame = false;
-  uint64_t insns = 0, insns_end = 0;
-};
-
 // The rule for one register, as far as the walker cares.
 struct Rule {
   enum Type : uint8_t { kSame, kUndefined, kOffset, kOther } type = kSame;
@@ -141,6 +132,19 @@ struct State {
   bool cfa_expr = false;
   int plt_threshold = 0;  // for the PLT's CFA expression (0: some other expression)
   Rule fp, ra;
+};
+
+struct Cie {
+  uint64_t code_align = 1;
+  int64_t data_align = -8;
+  uint8_t fde_enc = 0;
+  bool has_aug_data = false;
+  bool signal_frame = false;
+  uint64_t insns = 0, insns_end = 0;
+  // The state after the initial instructions, which every FDE of this CIE starts from
+  // (worked out for the first FDE; `initial_ok` false: work it out for each).
+  bool initial_known = false, initial_ok = false;
+  State initial;
 };
 
 class Builder {
@@ -161,7 +165,7 @@ class Builder {
   bool fde(uint64_t addr);
 
  private:
-  const Cie* cie(uint64_t addr);
+  Cie* cie(uint64_t addr);
   bool run(const Cie& cie, Cursor& c, uint64_t end, State& s, const State& initial, uint64_t* loc,
            uint64_t pc_end, bool emit);
   void emit(uint64_t pc, const State& s, bool signal_frame);
@@ -170,7 +174,9 @@ class Builder {
   uint64_t base_;
   const std::vector<Range>& readable_;
   std::vector<Row>* rows_;
-  std::unordered_map<uint64_t, Cie> cies_;
+  std::unordered_map<uint64_t, Cie> cies_;  // node-based: pointers stay valid
+  uint64_t last_cie_addr_ = 0;              // most FDEs share their CIE with the previous one
+  Cie* last_cie_ = nullptr;
 };
 
 // A length field: 32-bit, or 64-bit after 0xffffffff. Returns the end of the entry (0 for
@@ -183,9 +189,13 @@ uint64_t entry_end(Cursor& c) {
   return end < c.at() ? 0 : end;
 }
 
-const Cie* Builder::cie(uint64_t addr) {
+Cie* Builder::cie(uint64_t addr) {
+  if (last_cie_ != nullptr && addr == last_cie_addr_) return last_cie_;
   auto it = cies_.find(addr);
-  if (it != cies_.end()) return &it->second;
+  if (it != cies_.end()) {
+    last_cie_addr_ = addr;
+    return last_cie_ = &it->second;
+  }
   Cursor c = cursor(addr);
   uint64_t end = entry_end(c);
   if (!end) return nullptr;
@@ -227,7 +237,8 @@ const Cie* Builder::cie(uint64_t addr) {
   if (!c.ok() || c.at() > end) return nullptr;
   cie.insns = c.at();
   cie.insns_end = end;
-  return &cies_.emplace(addr, cie).first->second;
+  last_cie_addr_ = addr;
+  return last_cie_ = &cies_.emplace(addr, cie).first->second;
 }
 
 // Matches the CFA expression every x86-64 linker writes for .plt (the stub pushes once
@@ -441,7 +452,7 @@ bool Builder::fde(uint64_t addr) {
   uint64_t id_at = c.at();
   uint32_t id = c.fixed<uint32_t>();
   if (!c.ok() || id == 0 || id > id_at) return false;
-  const Cie* info = cie(id_at - id);
+  Cie* info = cie(id_at - id);
   if (!info) return false;
   uint64_t pc_begin = c.encoded(info->fde_enc, 0);
   uint64_t pc_range = c.encoded(info->fde_enc & 0x0f, 0, false);
@@ -451,8 +462,21 @@ bool Builder::fde(uint64_t addr) {
 
   State s;
   uint64_t loc = pc_begin;
-  Cursor ci = cursor(info->insns);
-  if (!run(*info, ci, info->insns_end, s, s, &loc, pc_end, false)) return false;
+  if (!info->initial_known) {
+    Cursor ci = cursor(info->insns);
+    info->initial_ok = run(*info, ci, info->insns_end, s, s, &loc, pc_end, false) &&
+                       loc == pc_begin;  // initial instructions that advance: per FDE
+    info->initial = s;
+    info->initial_known = true;
+    s = State();
+    loc = pc_begin;
+  }
+  if (info->initial_ok) {
+    s = info->initial;
+  } else {
+    Cursor ci = cursor(info->insns);
+    if (!run(*info, ci, info->insns_end, s, s, &loc, pc_end, false)) return false;
+  }
   const State initial = s;
   loc = pc_begin;
   bool ok = run(*info, c, end, s, initial, &loc, pc_end, true);
