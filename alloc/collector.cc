@@ -32,9 +32,9 @@ void Collector::copy(const void* rec, size_t size, Item* item) {
                 static_cast<const uint8_t*>(rec) + size);
 }
 
-void Collector::copy_out(Ring& ring, bool is_free) {
+void Collector::copy_frees(Ring& ring) {
   while (const void* rec = ring.peek()) {
-    order_.push_back({static_cast<const FreeRecord*>(rec)->timestamp_ns, nullptr, 0, is_free, 0});
+    order_.push_back({static_cast<const FreeRecord*>(rec)->timestamp_ns, nullptr, 0, true, 0});
     copy(rec, sizeof(FreeRecord), &order_.back());
     ring.pop();
   }
@@ -68,9 +68,9 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
   // Frees first: a free seen now belongs to an allocation published before it happened,
   // so draining allocations afterwards guarantees its AllocEvent is in this batch.
   runs[run_count++] = order_.size();
-  copy_out(rings.frees, true);
+  copy_frees(rings.frees);
   runs[run_count++] = order_.size();
-  copy_out(rings.frees_overflow, true);
+  copy_frees(rings.frees_overflow);
   runs[run_count++] = order_.size();
   list_allocs(rings.allocs);
   runs[run_count++] = order_.size();

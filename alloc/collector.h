@@ -41,7 +41,8 @@ class Collector {
     uint32_t drains_waited;  // frees: drains already spent pending
   };
 
-  void copy_out(Ring& ring, bool is_free);
+  // Copies the free records out, freeing their slots at once (they are small).
+  void copy_frees(Ring& ring);
   // Lists the allocation records where they lie. They are encoded in ring order, each slot
   // freed as soon as its record is; a run out of time order (threads that claimed close
   // together) is copied out instead, to be sorted.
