@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -137,7 +138,8 @@ int start_process() {
 struct Writer {
   std::string dir;
   uint64_t next_index = 0;
-  Segment segment;
+  std::unique_ptr<Segment> segment = std::make_unique<Segment>();
+  Segment* sealing = nullptr;  // a rotated segment being compressed (see seal())
   uint64_t segment_opened_ns = 0;
   uint64_t last_flush_ns = 0;
   alloc::Collector collector;
@@ -249,9 +251,9 @@ void log_rate_limited(Writer& w, const std::string& message) {
 }
 
 void segment_failed(Writer& w) {
-  log_rate_limited(w, w.segment.error() + "; segment dropped, retrying");
+  log_rate_limited(w, w.segment->error() + "; segment dropped, retrying");
   uint64_t now = monotonic_ns();
-  w.segment.discard();
+  w.segment->discard();
   ++w.segments_dropped;
   w.retry_after_ns = now + kSecond;
 }
@@ -348,8 +350,8 @@ void warm_up_for_children(Writer& w) {
   if (w.warm_up_started || !g_has_forked.load(std::memory_order_relaxed)) return;
   w.warm_up_started = true;
   auto* job = new WarmUp{&w, {}};
-  if (g_options.symbolize != Symbolize::kOff && w.segment.is_open()) {
-    const auto& seen = w.segment.events().frame_addresses();
+  if (g_options.symbolize != Symbolize::kOff && w.segment->is_open()) {
+    const auto& seen = w.segment->events().frame_addresses();
     job->addresses.assign(seen.begin(), seen.end());
   }
   if (!start_d9_thread(warm_up_main, job)) delete job;
@@ -425,12 +427,12 @@ uint64_t next_free_index(const std::string& dir) {
 
 bool open_segment(Writer& w) {
   if (!make_dirs(w.dir)) {
-    w.segment.discard();
+    w.segment->discard();
     turn_off("cannot create output directory " + w.dir + ": " + strerror(errno));
     return false;
   }
   if (w.next_index == 0) w.next_index = next_free_index(w.dir);
-  if (!w.segment.open(w.dir, "trace", w.next_index, w.metadata)) {
+  if (!w.segment->open(w.dir, "trace", w.next_index, w.metadata)) {
     segment_failed(w);
     return false;
   }
@@ -439,12 +441,17 @@ bool open_segment(Writer& w) {
   return true;
 }
 
+bool drain(Writer& w);
+
 // Closes the current segment: the live set, then the seal (which adds the counters to the
 // closing metadata so every segment says how many samples were taken and dropped), then
-// retention.
-void seal(Writer& w) {
-  if (!w.segment.is_open()) return;
-  if (alloc::settings().liveset) w.collector.write_live_set(w.segment.events());
+// retention. A segment rotated out while the program runs on (`rotating`) is compressed
+// with the rings drained between chunks into the next segment: compressing 32 MiB takes
+// ~0.1-0.2 s, long enough for busy threads to fill the rings. Other seals (exit, exec, a
+// change of owner) are the last word and drain nothing more.
+void seal(Writer& w, bool rotating = false) {
+  if (!w.segment->is_open()) return;
+  if (alloc::settings().liveset) w.collector.write_live_set(w.segment->events());
   alloc::Counters c = alloc::counters();
   Segment::SealOptions options;
   options.extra_metadata = {
@@ -463,43 +470,58 @@ void seal(Writer& w) {
   // Always: even unsymbolized segments carry the module map, for offline symbolization.
   pthread_mutex_lock(&g_tools_mu);
   options.tools = seal_tools(w);
-  w.segment.seal(options);
+  std::unique_ptr<Segment> sealed = std::move(w.segment);
+  w.segment = std::make_unique<Segment>();  // opened by the next drain with records
+  if (rotating) {
+    w.sealing = sealed.get();
+    options.between_chunks = [&w] { drain(w); };
+  }
+  sealed->seal(options);
+  w.sealing = nullptr;
   pthread_mutex_unlock(&g_tools_mu);
-  if (!w.segment.error().empty()) {
-    segment_failed(w);
-  } else if (!w.segment.compress_error().empty()) {
-    log_rate_limited(w, w.segment.compress_error() + "; segment kept uncompressed");
+  if (!sealed->error().empty()) {
+    log_rate_limited(w, sealed->error() + "; segment dropped, retrying");
+    ++w.segments_dropped;
+    w.retry_after_ns = monotonic_ns() + kSecond;
+  } else if (!sealed->compress_error().empty()) {
+    log_rate_limited(w, sealed->compress_error() + "; segment kept uncompressed");
   }
   enforce_retention(w);
 }
 
 // Drains the rings into the current segment (opened on demand, so a fork child that execs
-// or exits at once leaves nothing behind), then rotates it by size or age. Returns whether
+// or exits at once leaves nothing behind) and writes it out every so often. Returns whether
 // there was anything to do, or still is (events not yet flushed).
-bool write_pending(Writer& w) {
+bool drain(Writer& w) {
   uint64_t now = monotonic_ns();
   if (now < w.retry_after_ns) return false;  // still backing off after a write error
   bool has_records = w.collector.pending(alloc::rings(), alloc::counters());
   has_records |= w.cpu.pending(cpu::ring());
-  if (has_records && !w.segment.is_open() && !open_segment(w)) return false;
+  if (has_records && !w.segment->is_open() && !open_segment(w)) return false;
   if (has_records) {
-    w.collector.drain(alloc::rings(), alloc::counters(), w.segment);
-    w.cpu.drain(cpu::ring(), w.segment);
+    w.collector.drain(alloc::rings(), alloc::counters(), *w.segment);
+    w.cpu.drain(cpu::ring(), *w.segment);
   }
-  if (w.segment.is_open() && w.segment.bytes_buffered() > 0 &&
-      (w.segment.bytes_buffered() >= kFlushBytes || now - w.last_flush_ns >= kFlushIntervalNs)) {
+  if (w.segment->is_open() && w.segment->bytes_buffered() > 0 &&
+      (w.segment->bytes_buffered() >= kFlushBytes || now - w.last_flush_ns >= kFlushIntervalNs)) {
     w.last_flush_ns = now;
-    if (!w.segment.flush()) {
+    if (!w.segment->flush()) {
       segment_failed(w);
       return false;
     }
   }
-  if (w.segment.is_open() && w.segment.event_count() > 0 &&
-      (w.segment.bytes_written() + w.segment.bytes_buffered() >= g_options.max_file_size ||
+  return has_records || w.segment->bytes_buffered() > 0;
+}
+
+// drain(), then rotation of the segment by size or age.
+bool write_pending(Writer& w) {
+  bool busy = drain(w);
+  if (w.segment->is_open() && w.segment->event_count() > 0 &&
+      (w.segment->bytes_written() + w.segment->bytes_buffered() >= g_options.max_file_size ||
        monotonic_ns() - w.segment_opened_ns >= g_options.rotate_secs * kSecond)) {
-    seal(w);
+    seal(w, true);
   }
-  return has_records || w.segment.bytes_buffered() > 0;
+  return busy;
 }
 
 // Runs `work` if another thread asked for it, then tells the waiters.
@@ -585,7 +607,8 @@ void on_fork_child() {
   if (g_state.load(std::memory_order_acquire) != kOn) return;
   // The parent's writer thread does not exist here and its state may be mid-update:
   // abandon it (closing only the inherited descriptor) and start afresh.
-  if (g_writer && g_writer->segment.is_open()) g_writer->segment.abandon();
+  if (g_writer && g_writer->segment->is_open()) g_writer->segment->abandon();
+  if (g_writer && g_writer->sealing != nullptr) g_writer->sealing->abandon();
   g_writer = nullptr;
   alloc::reset_after_fork();
   cpu::after_fork_child();

@@ -228,13 +228,14 @@ std::string Segment::seal(const SealOptions& options) {
     return "";
   }
   if (options.tools && options.compression) {
-    std::string packed = compress(*options.tools, *options.compression);
+    std::string packed = compress(*options.tools, *options.compression, options.between_chunks);
     if (!packed.empty()) return packed;
   }
   return sealed_path_;
 }
 
-std::string Segment::compress(SealTools& tools, SealCompression how) {
+std::string Segment::compress(SealTools& tools, SealCompression how,
+                              const std::function<void()>& between_chunks) {
   OwnFd in;
   struct stat st;
   if (!in.open(sealed_path_, O_RDONLY) || fstat(in.get(), &st) != 0) return "";
@@ -247,6 +248,7 @@ std::string Segment::compress(SealTools& tools, SealCompression how) {
     return "";
   }
   auto read_chunk = [&](uint8_t* buf, size_t cap) -> ssize_t {
+    if (between_chunks) between_chunks();
     for (;;) {  // a descriptor taken over mid-read fails with EBADF
       ssize_t n = read(in.get(), buf, cap);
       if (n >= 0 || errno != EINTR) return n;

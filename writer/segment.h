@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -86,6 +87,8 @@ class Segment {
     SealTools* tools = nullptr;  // symbols and compression; null: neither
     bool symbolize = true;       // SymbolTableEntry records (else the module map only)
     std::optional<SealCompression> compression;  // none: the segment stays `.bin`
+    // Called before each chunk the compressor reads: other work the caller keeps going.
+    std::function<void()> between_chunks;
   };
   // Writes the closing metadata and symbols, closes, renames to the sealed name and
   // compresses. A segment that holds no events is deleted instead. Returns the final path
@@ -114,7 +117,8 @@ class Segment {
   // The module map, and with `symbolize` the SymbolTableEntry records.
   void write_symbols(SealTools& tools, bool symbolize);
   // Compresses the sealed file into a sibling; returns its path, or "" (file kept as is).
-  std::string compress(SealTools& tools, SealCompression how);
+  std::string compress(SealTools& tools, SealCompression how,
+                       const std::function<void()>& between_chunks);
 
   OwnFd file_;  // the active file, then the compressed one being written
   Encoder events_;
