@@ -460,17 +460,18 @@ bool Builder::fde(uint64_t addr) {
   if (!c.ok() || c.at() > end || pc_range == 0) return false;
   uint64_t pc_end = pc_begin + pc_range;
 
+  if (!info->initial_known) {
+    State first;
+    uint64_t at = pc_begin;
+    Cursor ci = cursor(info->insns);
+    // Initial instructions that advance the location would have to run for each FDE.
+    info->initial_ok =
+        run(*info, ci, info->insns_end, first, first, &at, pc_end, false) && at == pc_begin;
+    info->initial = first;
+    info->initial_known = true;
+  }
   State s;
   uint64_t loc = pc_begin;
-  if (!info->initial_known) {
-    Cursor ci = cursor(info->insns);
-    info->initial_ok = run(*info, ci, info->insns_end, s, s, &loc, pc_end, false) &&
-                       loc == pc_begin;  // initial instructions that advance: per FDE
-    info->initial = s;
-    info->initial_known = true;
-    s = State();
-    loc = pc_begin;
-  }
   if (info->initial_ok) {
     s = info->initial;
   } else {
