@@ -864,7 +864,9 @@ const std::vector<uint32_t>& Profile::labels(uint32_t frame, Group g) {
   if (!out.empty()) return out;
   if (const std::vector<Symbol>* syms = symbols(frame)) {
     for (auto it = syms->rbegin(); it != syms->rend(); ++it) {
-      if (it->name.empty()) continue;
+      // The writer names what it could not resolve "[unknown] 0x…": the module and file
+      // offset below say more.
+      if (it->name.empty() || it->name.starts_with("[unknown]")) continue;
       std::string name = full_names_ ? it->name : simplify_name(it->name);
       if (g == Group::kLine && !it->file.empty()) {
         name += " " + basename_of(it->file);

@@ -228,6 +228,22 @@ TEST(CliPprof, ProtobufCarriesTypesSamplesAndSymbols) {
   EXPECT_EQ(functions.size(), 4u);
 }
 
+// A frame the writer could not resolve comes with an "[unknown] 0x…" placeholder symbol;
+// where the module map knows its module, the module and file offset say more.
+TEST(CliProfile, UnknownPlaceholderReadsAsModuleAndOffset) {
+  SegmentBuilder b(meta("abcd-42"));
+  b.enc().module_entry("/usr/lib/libstdc++.so.6", "0badc0de", 0x7000, 0x9000, 0x6000, true);
+  b.enc().alloc_event(T0 + 1, 7, 1 << 20, 0xa0, std::vector<uint64_t>{0x7100, 0x1234});
+  b.enc().symbol_entry(0x7100, 0, "[unknown] 0x7100", 0, "/usr/lib/libstdc++.so.6", 0);
+  b.enc().symbol_entry(0x1234, 0, "[unknown] 0x1234", 0, "", 0);
+  Profile p;
+  EXPECT_EQ(p.add_bytes("abcd-42/trace.0.bin", b.bytes()), "");
+  p.finish();
+  auto rows = group_alloc(p, Group::kStack);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(key_string(p, rows[0].key), "libstdc++.so.6+0x1100;0x1234");
+}
+
 // With a module map (Libd9Module) and no symbols: frames read "libfoo.so+0x1100", JSON
 // frames name their module, and pprof gets a mapping per module with path and build-id.
 TEST(CliPprof, ModuleMapGivesMappingsAndModuleRelativeNames) {
