@@ -338,13 +338,20 @@ SymbolizeFileResult Run::file(const std::string& path, const std::string& root) 
   }
 
   bool add = r.resolved > 0 || borrowed;
-  if (!add && (r.addresses > 0)) {
+  // Unresolved addresses get no placeholder, so a later run (debug files installed) can try
+  // them again. A segment that has symbols already is done when nothing more resolves.
+  if (!add && r.addresses > 0 && s.symbolized.empty()) {
     problem(path, "none of " + std::to_string(r.addresses) + " address(es) resolved; not written");
     return r;
   }
   if (!add && o_.out_dir.empty()) {
     r.ok = true;
-    if (!o_.quiet) fprintf(report_, "%s: already symbolized, nothing to do\n", path.c_str());
+    if (!o_.quiet) {
+      std::string left = r.addresses == 0 ? ""
+                                          : "; " + std::to_string(r.addresses) +
+                                                " address(es) stay unresolved (above)";
+      fprintf(report_, "%s: already symbolized%s, nothing to do\n", path.c_str(), left.c_str());
+    }
     return r;
   }
 

@@ -203,7 +203,6 @@ TEST_F(CliSymbolize, OfflineSymbolsEqualInProcessOnes) {
 
   Shell d9 = shell(d9_binary() + " symbolize " + dir_ + "/bare -o " + dir_ + "/out");
   ASSERT_EQ(d9.status, 0) << d9.err;
-  EXPECT_NE(d9.out.find(" 0 unresolved"), std::string::npos) << d9.out;
   // The process directory is kept under -o; the container follows the input.
   std::string out_path = only_segment(dir_ + "/out");
   EXPECT_EQ(fs::path(out_path).parent_path().filename(),
@@ -221,11 +220,27 @@ TEST_F(CliSymbolize, OfflineSymbolsEqualInProcessOnes) {
   EXPECT_TRUE(std::equal(bare.raw.begin(), bare.raw.end(), out.raw.begin()));
   EXPECT_EQ(out.trace.stream_headers, bare.trace.stream_headers + 1);
   EXPECT_EQ(out.trace.allocs, bare.trace.allocs);
+  // Every address gets symbols, but those the process could not resolve either (static
+  // functions of stripped libraries, such as libstdc++'s start-up code): the same module
+  // and offset reads "[unknown] 0x…" in the in-process run.
+  std::set<std::pair<std::string, uint64_t>> unknown_inproc;
+  for (const auto& [addr, chain] : inproc.symbols) {
+    if (chain[0].name.starts_with("[unknown]")) unknown_inproc.insert(inproc.where(addr));
+  }
+  size_t unresolved = 0;
   for (uint64_t pc : out.callchain_addrs) {
     auto it = out.symbols.find(pc);
-    ASSERT_NE(it, out.symbols.end()) << std::hex << "0x" << pc;
+    if (it == out.symbols.end()) {
+      ++unresolved;
+      EXPECT_TRUE(unknown_inproc.count(out.where(pc)))
+          << std::hex << "0x" << pc << " (" << out.where(pc).first << " +0x" << out.where(pc).second
+          << ") was resolved in process";
+      continue;
+    }
     for (size_t d = 0; d < it->second.size(); ++d) EXPECT_EQ(it->second[d].inline_depth, d);
   }
+  EXPECT_NE(d9.out.find(" " + std::to_string(unresolved) + " unresolved"), std::string::npos)
+      << d9.out;
 
   // The golden sites: names, inline depth and file:line, in the program and in the library
   // it dlclosed before exiting.
