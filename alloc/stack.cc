@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <time.h>
+#include <unwind.h>
 
 #include <atomic>
 #include <cstdint>
@@ -66,6 +67,32 @@ __attribute__((noinline)) int walk_without_loader(void** pcs, int max) {
   return n;
 }
 
+// The stack from here with libgcc's unwinder, for samples taken before libunwind is loaded
+// (allocations in the constructors of libraries initialised before d9's own: libstdc++'s,
+// and those of every library the program links) or when it cannot be loaded. Slower than
+// libunwind's cached walk, but it needs nothing loaded: libgcc_s is one of libd9's own
+// dependencies, and with glibc 2.35 or later it finds unwind tables through
+// _dl_find_object, which takes no lock and may be called while the loader runs
+// constructors.
+struct GccWalk {
+  void** pcs;
+  int depth, max;
+};
+
+_Unwind_Reason_Code on_gcc_frame(_Unwind_Context* context, void* arg) {
+  auto* walk = static_cast<GccWalk*>(arg);
+  uintptr_t pc = _Unwind_GetIP(context);
+  if (pc == 0 || walk->depth >= walk->max) return _URC_END_OF_STACK;
+  walk->pcs[walk->depth++] = reinterpret_cast<void*>(pc);
+  return _URC_NO_REASON;
+}
+
+__attribute__((noinline)) int walk_with_libgcc(void** pcs, int max) {
+  GccWalk walk{pcs, 0, max};
+  _Unwind_Backtrace(on_gcc_frame, &walk);
+  return walk.depth;
+}
+
 }  // namespace
 
 // A fork child without unwind tables: waits (once, at most 20 ms) for the writer to show
@@ -83,14 +110,18 @@ bool loader_cleared_after_wait() {
 }
 
 int capture(uint64_t* out, int max_depth) {
-  BacktraceFn backtrace = g_backtrace.load(std::memory_order_acquire);
-  if (!backtrace || max_depth <= 0) return 0;
+  if (max_depth <= 0) return 0;
   if (max_depth > kMaxDepth) max_depth = kMaxDepth;
   void* pcs[kMaxDepth + kOwnFramesSlack];
-  bool suspect = g_loader_suspect.load(std::memory_order_acquire);
-  if (suspect && loader_cleared_after_wait()) suspect = false;
-  int n = suspect ? walk_without_loader(pcs, max_depth + kOwnFramesSlack)
-                  : backtrace(pcs, max_depth + kOwnFramesSlack);
+  const int max = max_depth + kOwnFramesSlack;
+  int n;
+  if (BacktraceFn backtrace = g_backtrace.load(std::memory_order_acquire)) {
+    bool suspect = g_loader_suspect.load(std::memory_order_acquire);
+    if (suspect && loader_cleared_after_wait()) suspect = false;
+    n = suspect ? walk_without_loader(pcs, max) : backtrace(pcs, max);
+  } else {
+    n = walk_with_libgcc(pcs, max);
+  }
   int first = 0;
   while (first < n && in_own_image(reinterpret_cast<uint64_t>(pcs[first]))) ++first;
   int depth = 0;

@@ -1,4 +1,5 @@
-// Stack capture for allocation samples, through libunwind.
+// Stack capture for allocation samples, through libunwind (libgcc's unwinder until it is
+// loaded).
 //
 // libunwind is loaded with dlopen(RTLD_LOCAL) rather than linked: libunwind.so.8 exports
 // unversioned _Unwind_* symbols, and as a dependency of a preloaded library it would
@@ -13,7 +14,9 @@ namespace d9::stack {
 inline constexpr int kMaxDepth = 256;
 
 // Loads the unwinder. Call once from a context that may take the loader lock (the library
-// constructor). Until it succeeds, capture() returns 0 frames.
+// constructor). Until it succeeds (allocations in the constructors of libraries initialised
+// before d9's, or for good if libunwind.so.8 is missing), capture() walks with libgcc's
+// unwinder instead: slower, but lock-free and already loaded.
 bool load_unwinder();
 
 // Captures up to `max_depth` return addresses of the calling thread, leaf first, with
