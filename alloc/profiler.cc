@@ -168,8 +168,11 @@ void nudge_writer() {
   syscall(SYS_futex, &g_nudges, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
-void wait_for_work(long timeout_ns) {
-  uint32_t seen = g_nudges.load(std::memory_order_acquire);
+uint32_t nudges() {
+  return g_nudges.load(std::memory_order_acquire);
+}
+
+void wait_for_work(uint32_t seen, long timeout_ns) {
   timespec ts{0, timeout_ns};
   syscall(SYS_futex, &g_nudges, FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
 }

@@ -81,8 +81,11 @@ inline int sampled_flags() {
 // fills even when the drain interval has not elapsed. One syscall per capacity/4
 // samples, on the sampled path only.
 void nudge_writer();
-// Sleeps until nudged or `timeout_ns` has passed.
-void wait_for_work(long timeout_ns);
+// The writer reads the count of nudges before it looks for work, then sleeps until nudged
+// or `timeout_ns` has passed, only if the count is still `seen`: a nudge that lands
+// between the look and the sleep ends the sleep at once instead of being slept through.
+uint32_t nudges();
+void wait_for_work(uint32_t seen, long timeout_ns);
 
 // Forgets all state inherited from the parent in a fork child.
 void reset_after_fork();

@@ -524,6 +524,13 @@ bool write_pending(Writer& w) {
   return busy;
 }
 
+bool requests_pending() {
+  for (const Request* r : {&g_seal_request, &g_modules_request, &g_owner_request}) {
+    if (r->requested.load(std::memory_order_acquire) != r->done) return true;
+  }
+  return false;
+}
+
 // Runs `work` if another thread asked for it, then tells the waiters.
 template <class Work>
 void serve(Request& r, Work work) {
@@ -548,9 +555,15 @@ void* writer_main(void*) {
   cpu::poll(&g_stop);  // a fork child's allocation stacks wait for its proof of the loader
 
   long wait_ns = kDrainIntervalNs;
-  while (!g_stop.load(std::memory_order_acquire) &&
-         g_state.load(std::memory_order_acquire) == kOn) {
-    alloc::wait_for_work(wait_ns);
+  for (;;) {
+    // Read before the checks: a stop or request posted after them (they nudge) wakes the
+    // wait at once. One posted before the writer first got here (a fork child asking for
+    // the seal before exec, at once) is served without sleeping.
+    uint32_t seen = alloc::nudges();
+    if (g_stop.load(std::memory_order_acquire) || g_state.load(std::memory_order_acquire) != kOn) {
+      break;
+    }
+    if (!requests_pending()) alloc::wait_for_work(seen, wait_ns);
     if (g_stop.load(std::memory_order_acquire)) break;
     cpu::poll(&g_stop);
     // Idle, the writer polls less and less often, down to every 100 ms: producers nudge it
