@@ -13,7 +13,8 @@
 #   d9-nosym  LD_PRELOAD=libd9.so D9_SYMBOLIZE=0  (symbols left to `d9 symbolize`)
 #   d9-full   LD_PRELOAD=libd9.so D9_SYMBOLIZE=full (also inflates compressed debug files)
 # Workloads: `ls /usr`, `git status` on this repository, `sh -c 'echo | sort | wc'` (three
-# processes), and a Python script that forks 40 children which allocate 1 MB each and exit.
+# processes), a Python script that forks 40 children which allocate 1 MB each and exit, and
+# bench/spawn_loop: 100 fork+exec of /bin/true, one at a time (both sides preloaded).
 #
 # Environment: BUILD_DIR (default <repo>/build), JEMALLOC (default Debian's libjemalloc2).
 set -euo pipefail
@@ -24,7 +25,8 @@ JEMALLOC=${JEMALLOC:-/usr/lib/x86_64-linux-gnu/libjemalloc.so.2}
 LIBD9=$BUILD_DIR/libd9.so
 ROUNDS=${1:-15}
 [[ $ROUNDS =~ ^[0-9]+$ ]] || { echo "usage: $0 [rounds]" >&2; exit 2; }
-[[ -f $LIBD9 ]] || { echo "missing $LIBD9 (bash scripts/build.sh)" >&2; exit 1; }
+[[ -f $LIBD9 && -x $BUILD_DIR/bench/spawn_loop ]] ||
+  { echo "missing $LIBD9 or bench/spawn_loop (bash scripts/build.sh)" >&2; exit 1; }
 [[ -f $JEMALLOC ]] || { echo "missing $JEMALLOC (apt-get install libjemalloc2)" >&2; exit 1; }
 
 echo "# command: ${0#"$ROOT"/} $*  (BUILD_DIR=$BUILD_DIR)"
@@ -46,7 +48,7 @@ for i in range(40):
 EOF
 
 configs=(plain jemalloc d9-off d9 d9-nosym d9-full)
-workloads=(ls git-status sh-pipeline py-40-forks)
+workloads=(ls git-status sh-pipeline py-40-forks spawn-100)
 
 env_of() {
   case $1 in
@@ -65,6 +67,7 @@ command_of() {
     git-status) echo "git -C $ROOT status" ;;
     sh-pipeline) echo "sh" ;;  # its -c script is set in time_once
     py-40-forks) echo "python3 $OUT/forks.py" ;;
+    spawn-100) echo "$BUILD_DIR/bench/spawn_loop 100" ;;
   esac
 }
 
@@ -72,7 +75,7 @@ command_of() {
 # The command is exec'd by env, so only the workload's own processes carry the preload.
 time_once() {
   local config=$1 workload=$2 reps=5 t=() cmd
-  [[ $workload == py-40-forks ]] && reps=1
+  [[ $workload == py-40-forks || $workload == spawn-100 ]] && reps=1
   read -r -a cmd <<<"$(command_of "$workload")"
   [[ $workload == sh-pipeline ]] && cmd=(sh -c 'echo a | sort | wc -l')
   for ((i = 0; i < reps; i++)); do
