@@ -480,7 +480,8 @@ void after_fork_child() {
   g_modules = new unwind::ModuleMap;  // the parent writer's map may be mid-update
   if (g_state.load(std::memory_order_acquire) != kOn) return;
   // The parent's timers are not inherited, and its threads are gone.
-  for (uint32_t s = 0; s < kTimerSlots; ++s) g_timers[s].store(0, std::memory_order_relaxed);
+  // Back to zero pages (a store to every slot would copy or fault in all 64 of them).
+  madvise(g_timers, kTimerSlots * sizeof(uint64_t), MADV_DONTNEED);
   g_foreign.store(0, std::memory_order_relaxed);
   reset_after_fork();
   unwind::reset_after_fork();
