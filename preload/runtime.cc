@@ -680,6 +680,14 @@ void ask_writer(Request& r, int wait_secs) {
 }  // namespace
 
 void before_exec() {
+  // A fork child that execs at once has recorded nothing: no segment was opened (the writer
+  // opens one for the first record) and nothing waits in the rings. Nothing to seal, so no
+  // round trip through a writer that has barely started.
+  alloc::Counters c = alloc::counters();
+  const auto& cpu_ring = cpu::ring();
+  if (c.alloc_samples == 0 && c.frees_seen == 0 && cpu_ring.claimed() + cpu_ring.dropped() == 0) {
+    return;
+  }
   ask_writer(g_seal_request, kExitWaitSecs);
 }
 

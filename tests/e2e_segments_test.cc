@@ -787,6 +787,38 @@ TEST_F(E2ESegments, ExecSealsTheOldImageAndProfilesTheNewOne) {
   EXPECT_NE(*dirs_by_size[7001].begin(), *dirs_by_size[7002].begin());
 }
 
+// fork then exec: a child that recorded samples seals them before its image is replaced; a
+// child that recorded nothing has nothing to seal (no directory) and skips the round trip
+// through its new writer. Both new images are profiled.
+TEST_F(E2ESegments, ForkedChildrenSealWhatTheyRecordedBeforeExec) {
+  RunResult r = run({subject(), "fork-exec", subject()},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_CPU_HZ=0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  std::map<uint64_t, std::set<std::string>> dirs_by_size;  // 7003: child 0 before its exec
+  auto dirs = list_dirs(dir_);
+  for (const std::string& d : dirs) {
+    std::map<long, std::string> segs = sealed_by_index(d);
+    ASSERT_FALSE(segs.empty()) << d;
+    for (auto& [index, path] : segs) {
+      EXPECT_TRUE(path.ends_with(".bin.zst")) << path;
+      Segment s = load(path);
+      expect_self_contained(s);
+      for (const decode::AllocEvent& a : s.trace.allocs) {
+        if (a.size >= 7003 && a.size <= 7005) dirs_by_size[a.size].insert(d);
+      }
+    }
+  }
+  // The parent, child 0 before and after its exec, child 1 after its exec only.
+  EXPECT_EQ(dirs.size(), 4u);
+  ASSERT_EQ(dirs_by_size[7003].size(), 1u);
+  ASSERT_EQ(dirs_by_size[7004].size(), 1u);
+  ASSERT_EQ(dirs_by_size[7005].size(), 1u);
+  const std::string before = *dirs_by_size[7003].begin(), after = *dirs_by_size[7004].begin();
+  EXPECT_NE(before, after);
+  EXPECT_EQ(basename_of(before).substr(5), basename_of(after).substr(5)) << "same pid";
+}
+
 // ---- 6. SIGKILL ----------------------------------------------------------------------------
 
 TEST_F(E2ESegments, SigkillLeavesSealedSegmentsAndADecodableActiveOne) {

@@ -16,6 +16,9 @@
 //   list-fds TAG     prints "TAG fd N -> TARGET" for each of its open descriptors.
 //   exec SELF        allocates 50 blocks of 7001 bytes, then replaces itself (execv, no
 //                    fork) with `SELF steady 0.2 7002`.
+//   fork-exec SELF   forks two children: one allocates 50 blocks of 7003 bytes, then execs
+//                    `SELF steady 0.2 7004`; the other execs `SELF steady 0.2 7005` at once,
+//                    allocating nothing in between. Prints "child N PID" for each.
 //   dlopen-loop DSO N ROUNDS
 //                    N times: dlopen DSO, let it allocate ROUNDS blocks (segdso_churn), dlclose
 //                    it; every other time a spacer mapping takes the place the library left,
@@ -285,6 +288,33 @@ int exec_self(const char* self) {
   return 1;
 }
 
+int fork_exec(const char* self) {
+  const char* markers[2] = {"7004", "7005"};
+  std::vector<pid_t> kids;
+  fflush(stdout);
+  for (int c = 0; c < 2; ++c) {
+    // Built before the fork: the second child must not allocate before its exec.
+    std::string arg0 = self, mode = "steady", secs = "0.2", marker = markers[c];
+    char* argv[] = {arg0.data(), mode.data(), secs.data(), marker.data(), nullptr};
+    pid_t pid = fork();
+    if (pid < 0) return 1;
+    if (pid == 0) {
+      if (c == 0) parent_site(7003, 50);
+      execv(self, argv);
+      _exit(127);
+    }
+    kids.push_back(pid);
+    printf("child %d %d\n", c, static_cast<int>(pid));
+  }
+  int failures = 0;
+  for (pid_t pid : kids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
 // ---- dlopen-loop ---------------------------------------------------------------------------
 
 // The address range the object loaded at `bias` spans (its PT_LOAD segments).
@@ -367,6 +397,7 @@ int main(int argc, char** argv) {
   if (mode == "fds" && argc == 3) return fds(argv[2]);
   if (mode == "list-fds" && argc == 3) return list_fds(argv[2]);
   if (mode == "exec" && argc == 3) return exec_self(argv[2]);
+  if (mode == "fork-exec" && argc == 3) return fork_exec(argv[2]);
   if (mode == "dlopen-loop" && argc == 5) return dlopen_loop(argv[2], atoi(argv[3]), atoi(argv[4]));
   fprintf(stderr,
           "usage: %s golden DSO unload|keep | steady SECS MARK | fork | fds SELF | list-fds TAG | "
