@@ -25,6 +25,10 @@ namespace {
 
 std::atomic<uintptr_t> g_cursor{0};  // next free byte of the reservation
 int g_arena_flags = 0;               // MALLOCX_ARENA of the sampled arena; 0 until it exists
+// The arena is created at the first sample, not at start-up: that takes 130-180 us, which
+// every short-lived process that never samples (most shell commands) would wait for.
+enum ArenaState : int { kNoArena, kCreating, kReady, kFailed };
+std::atomic<int> g_arena_state{kNoArena};
 // Its destructor runs as each thread that has an explicit tcache exits, however it was
 // created and however it ends. Without it, tcaches could not be given back: none are used.
 pthread_key_t g_thread_exit;
@@ -181,26 +185,42 @@ bool init_sampled_heap(size_t reserve_bytes) {
   if (base == MAP_FAILED) return false;
 
   // The range must be valid before the arena exists: jemalloc allocates the arena's own
-  // metadata through its hooks while creating it.
+  // metadata through its hooks while creating it. Nothing is in it before then, so no free
+  // can mistake a pointer for a sampled one.
   g_cursor.store(reinterpret_cast<uintptr_t>(base), std::memory_order_relaxed);
   d9_sampled_lo = reinterpret_cast<uintptr_t>(base);  // the range opens when hi is set
   d9_sampled_hi = reinterpret_cast<uintptr_t>(base) + reserve_bytes;
+  return true;
+}
+
+namespace {
+
+// Creates the arena, once. A sample that comes while another thread is creating it, or
+// after creation failed, is served from the usual heap (and counted as untracked).
+bool ensure_arena() {
+  int state = g_arena_state.load(std::memory_order_acquire);
+  if (state == kReady) return true;
+  if (state != kNoArena || d9_sampled_hi == 0 ||
+      !g_arena_state.compare_exchange_strong(state, kCreating, std::memory_order_acq_rel)) {
+    return false;
+  }
   unsigned arena = 0;
   size_t arena_size = sizeof(arena);
   extent_hooks_t* hooks = &g_hooks;
   if (d9_je_mallctl("arenas.create", &arena, &arena_size, &hooks, sizeof(hooks)) != 0) {
-    d9_sampled_hi = 0;
-    d9_sampled_lo = 0;
-    munmap(base, reserve_bytes);
+    g_arena_state.store(kFailed, std::memory_order_release);
     return false;
   }
   g_tcaches = pthread_key_create(&g_thread_exit, release_thread_cache) == 0;
   g_arena_flags = je::arena(arena);
+  g_arena_state.store(kReady, std::memory_order_release);
   return true;
 }
 
+}  // namespace
+
 int sampled_heap_flags() {
-  return g_arena_flags ? thread_flags() : 0;
+  return ensure_arena() ? thread_flags() : 0;
 }
 
 int sampled_free_flags() {

@@ -32,14 +32,15 @@ inline bool maybe_sampled(const void* p) {
   return u >= d9_sampled_lo && u < d9_sampled_hi;
 }
 
-// Reserves up to `reserve_bytes` of address space (less if the system refuses) and creates
-// the arena. False if neither works, or if RLIMIT_AS is limited (the reservation would eat
-// into the program's own limit); the live set must then stay off.
+// Reserves up to `reserve_bytes` of address space (less if the system refuses). False if
+// that fails, or if RLIMIT_AS is limited (the reservation would eat into the program's own
+// limit); the live set must then stay off. The arena itself is created at the first sample.
 bool init_sampled_heap(size_t reserve_bytes);
 
-// mallocx flags that allocate in the sampled arena on this thread: the arena, through this
-// thread's explicit tcache (created on first use), or MALLOCX_TCACHE_NONE if jemalloc has
-// no tcache left or the thread is exiting. 0 before init_sampled_heap succeeded.
+// mallocx flags that allocate in the sampled arena on this thread: the arena (created by
+// the first call), through this thread's explicit tcache (created on first use), or
+// MALLOCX_TCACHE_NONE if jemalloc has no tcache left or the thread is exiting. 0 when there
+// is no arena: no reservation, its creation failed, or another thread is creating it.
 int sampled_heap_flags();
 // dallocx flags (a tcache) for freeing a block of the sampled arena on this thread. A
 // thread's explicit tcache is destroyed as the thread exits.
