@@ -69,7 +69,7 @@ void record_sample(const ucontext_t* uc, int overrun) {
   const greg_t* g = uc->uc_mcontext.gregs;
   unwind::Regs regs{static_cast<uint64_t>(g[REG_RIP]), static_cast<uint64_t>(g[REG_RSP]),
                     static_cast<uint64_t>(g[REG_RBP])};
-  unwind::WalkResult w = unwind::walk(regs, {t.stack_lo, t.stack_hi}, rec->frames(), g_depth);
+  unwind::WalkResult w = unwind::walk(regs, stack_bounds(t), rec->frames(), g_depth);
   rec->depth = static_cast<uint32_t>(w.depth);
   rec->complete = w.complete;
   publish(pos);
@@ -97,16 +97,57 @@ void record_thread_exit() {
   publish(pos);
 }
 
-void set_stack_bounds(CpuThread& t) {
+namespace {
+
+// Sets `t` to the stack of `thread`: lo first, then hi, which publishes the pair to
+// stack_bounds() in the signal handler.
+void set_bounds_of(pthread_t thread, CpuThread& t) {
   pthread_attr_t attr;
-  if (pthread_getattr_np(pthread_self(), &attr) != 0) return;
+  if (pthread_getattr_np(thread, &attr) != 0) return;
   void* addr = nullptr;
   size_t size = 0;
   if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr) {
-    t.stack_lo = reinterpret_cast<uint64_t>(addr);
-    t.stack_hi = t.stack_lo + size;
+    std::atomic_ref<uint64_t>(t.stack_lo)
+        .store(reinterpret_cast<uint64_t>(addr), std::memory_order_relaxed);
+    std::atomic_ref<uint64_t>(t.stack_hi)
+        .store(reinterpret_cast<uint64_t>(addr) + size, std::memory_order_release);
   }
   pthread_attr_destroy(&attr);
+}
+
+// The main thread waiting for its bounds, and its handle (see defer_main_stack_bounds).
+std::atomic<CpuThread*> g_deferred{nullptr};
+pthread_t g_deferred_thread;
+
+}  // namespace
+
+void set_stack_bounds(CpuThread& t) {
+  set_bounds_of(pthread_self(), t);
+}
+
+void defer_main_stack_bounds(CpuThread& t) {
+  g_deferred_thread = pthread_self();
+  g_deferred.store(&t, std::memory_order_release);
+}
+
+void publish_main_stack_bounds() {
+  if (CpuThread* t = g_deferred.exchange(nullptr, std::memory_order_acq_rel)) {
+    set_bounds_of(g_deferred_thread, *t);
+  }
+}
+
+void forget_deferred_stack_bounds() {
+  g_deferred.store(nullptr, std::memory_order_relaxed);
+}
+
+unwind::StackBounds stack_bounds(const CpuThread& t) {
+  // const_cast: atomic_ref needs a mutable object; these are only loads.
+  uint64_t hi =
+      std::atomic_ref<uint64_t>(const_cast<uint64_t&>(t.stack_hi)).load(std::memory_order_acquire);
+  if (hi == 0) return {0, 0};
+  return {
+      std::atomic_ref<uint64_t>(const_cast<uint64_t&>(t.stack_lo)).load(std::memory_order_relaxed),
+      hi};
 }
 
 }  // namespace d9::cpu

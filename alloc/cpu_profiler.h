@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "alloc/ring.h"
+#include "alloc/unwind.h"
 
 namespace d9::cpu {
 
@@ -65,5 +66,14 @@ void record_thread_exit();
 
 // Stack bounds of the calling thread (pthread_getattr_np). Not for signal handlers.
 void set_stack_bounds(CpuThread& t);
+// The main thread's bounds take glibc 0.1-0.2 ms to find (it reads /proc/self/maps), so
+// the main thread only registers here and d9's writer works them out as it starts
+// (publish_main_stack_bounds). Until then its samples hold the interrupted pc only.
+void defer_main_stack_bounds(CpuThread& t);
+void publish_main_stack_bounds();
+// Forgets a deferred request (fork child: the thread that made it may not exist there).
+void forget_deferred_stack_bounds();
+// Bounds as the signal handler reads them: zero (unknown) until both are published.
+unwind::StackBounds stack_bounds(const CpuThread& t);
 
 }  // namespace d9::cpu

@@ -73,7 +73,7 @@ __attribute__((noinline)) int walk_without_loader(void** pcs, int max) {
   asm volatile("mov %%rsp, %0\n\tmov %%rbp, %1\n\tlea 0(%%rip), %2" : "=r"(sp), "=r"(fp), "=r"(pc));
   const cpu::CpuThread& t = cpu::tls_cpu;
   uint64_t frames[kMaxDepth + kOwnFramesSlack];
-  int n = unwind::walk({pc, sp, fp}, {t.stack_lo, t.stack_hi}, frames, max).depth;
+  int n = unwind::walk({pc, sp, fp}, cpu::stack_bounds(t), frames, max).depth;
   for (int i = 0; i < n; ++i) pcs[i] = reinterpret_cast<void*>(frames[i]);
   return n;
 }

@@ -126,7 +126,13 @@ void disarm_self(CpuThread& t) {
 void arm_self(CpuThread& t) {
   if (g_state.load(std::memory_order_acquire) != kOn || t.timer_slot) return;
   t.tid = gettid_();
-  if (!t.stack_hi) set_stack_bounds(t);
+  if (!t.stack_hi) {
+    if (t.tid == static_cast<uint32_t>(getpid())) {
+      defer_main_stack_bounds(t);  // the writer works them out (0.1-0.2 ms)
+    } else {
+      set_stack_bounds(t);  // cheap for threads glibc created
+    }
+  }
   int id;
   if (!new_timer(t.tid, CLOCK_THREAD_CPUTIME_ID, &id)) return say_no_timer();
   t.timer_slot = add_timer(t.tid, id, false);
@@ -435,6 +441,7 @@ sighandler_t host_signal(int sig, sighandler_t handler) {
 
 void poll(const std::atomic<bool>* stop) {
   if (!g_modules) return;
+  publish_main_stack_bounds();
   pthread_mutex_lock(&g_fork_mu);
   if (g_in_fork_child) {
     // Takes the loader's lock once, cheaply, before any table work: from then on the
@@ -478,6 +485,7 @@ void after_fork_child() {
   g_in_fork_child = true;
   g_child_loader_call_ns.store(0, std::memory_order_relaxed);
   g_modules = new unwind::ModuleMap;  // the parent writer's map may be mid-update
+  forget_deferred_stack_bounds();     // its thread may be gone; arm_self below asks again
   if (g_state.load(std::memory_order_acquire) != kOn) return;
   // The parent's timers are not inherited, and its threads are gone.
   // Back to zero pages (a store to every slot would copy or fault in all 64 of them).

@@ -52,7 +52,8 @@ int create_internal_thread(pthread_t* thread, const pthread_attr_t* attr, void* 
 int host_sigaction(int sig, const struct sigaction* act, struct sigaction* old);
 sighandler_t host_signal(int sig, sighandler_t handler);
 
-// Writer thread, every drain: refreshes the unwind tables after dlopen/dlclose (a fork
+// Writer thread, every drain: works out the main thread's stack bounds if it asked
+// (alloc/cpu_profiler.h), refreshes the unwind tables after dlopen/dlclose (a fork
 // waits for a refresh in progress: the child must not inherit the loader's lock from the
 // writer; see stack::set_loader_suspect for the lock held by the host's threads), checks
 // that the SIGPROF disposition is still d9's, deletes timers of foreign threads that
