@@ -942,6 +942,14 @@ size_t skip_balanced(std::string_view s, size_t i) {
 
 std::string simplify_name(std::string_view s) {
   static constexpr std::string_view kAnon = "(anonymous namespace)";
+  // jemalloc inside libd9.so (CPU profiles): its entry points carry d9's prefix
+  // ("d9_je_malloc") and its internals a second "je_" ("je_je_sdallocx_noflags"). Shown as
+  // jemalloc itself names them.
+  if (s.starts_with("d9_je_")) {
+    s.remove_prefix(6);
+  } else if (s.starts_with("je_je_")) {
+    s.remove_prefix(3);
+  }
   std::string out;
   out.reserve(s.size());
   size_t i = 0;

@@ -194,6 +194,8 @@ TEST(CliProfile, SimplifiesCppAndRustNames) {
        "<alloc::sync::Arc<T,A> as core::ops::drop::Drop>::drop"},
       {"cold_path(int) [clone .cold]", "cold_path"},
       {"0x401000", "0x401000"},
+      {"d9_je_malloc", "malloc"},
+      {"je_je_sdallocx_noflags", "je_sdallocx_noflags"},
   };
   for (const auto& [in, want] : cases) EXPECT_EQ(simplify_name(in), want) << in;
   EXPECT_TRUE(is_alloc_plumbing("std::vector::_M_realloc_insert"));
