@@ -13,8 +13,9 @@
 #   d9-nosym  LD_PRELOAD=libd9.so D9_SYMBOLIZE=0  (symbols left to `d9 symbolize`)
 #   d9-full   LD_PRELOAD=libd9.so D9_SYMBOLIZE=full (also inflates compressed debug files)
 # Workloads: `ls /usr`, `git status` on this repository, `sh -c 'echo | sort | wc'` (three
-# processes), a Python script that forks 40 children which allocate 1 MB each and exit, and
-# bench/spawn_loop: 100 fork+exec of /bin/true, one at a time (both sides preloaded).
+# processes), a Python script (Debian's /usr/bin/python3) that forks 40 children which
+# allocate 1 MB each and exit, and bench/spawn_loop: 100 fork+exec of /bin/true, one at a
+# time (both sides preloaded).
 #
 # Environment: BUILD_DIR (default <repo>/build), JEMALLOC (default Debian's libjemalloc2).
 set -euo pipefail
@@ -66,7 +67,7 @@ command_of() {
     ls) echo "ls /usr" ;;
     git-status) echo "git -C $ROOT status" ;;
     sh-pipeline) echo "sh" ;;  # its -c script is set in time_once
-    py-40-forks) echo "python3 $OUT/forks.py" ;;
+    py-40-forks) echo "/usr/bin/python3 $OUT/forks.py" ;;
     spawn-100) echo "$BUILD_DIR/bench/spawn_loop 100" ;;
   esac
 }
