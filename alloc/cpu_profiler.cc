@@ -1,17 +1,23 @@
 #include "alloc/cpu_profiler.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string>
 
 #include "alloc/profiler.h"
 #include "alloc/unwind.h"
+
+extern "C" void* __libc_stack_end;  // ld.so: the stack pointer the process started with
 
 namespace d9::cpu {
 
@@ -99,40 +105,71 @@ void record_thread_exit() {
 
 namespace {
 
-// Sets `t` to the stack of `thread`: lo first, then hi, which publishes the pair to
-// stack_bounds() in the signal handler.
-void set_bounds_of(pthread_t thread, CpuThread& t) {
-  pthread_attr_t attr;
-  if (pthread_getattr_np(thread, &attr) != 0) return;
-  void* addr = nullptr;
-  size_t size = 0;
-  if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr) {
-    std::atomic_ref<uint64_t>(t.stack_lo)
-        .store(reinterpret_cast<uint64_t>(addr), std::memory_order_relaxed);
-    std::atomic_ref<uint64_t>(t.stack_hi)
-        .store(reinterpret_cast<uint64_t>(addr) + size, std::memory_order_release);
-  }
-  pthread_attr_destroy(&attr);
+// lo first, then hi, which publishes the pair to stack_bounds() in the signal handler.
+void publish_bounds(CpuThread& t, uint64_t lo, uint64_t hi) {
+  std::atomic_ref<uint64_t>(t.stack_lo).store(lo, std::memory_order_relaxed);
+  std::atomic_ref<uint64_t>(t.stack_hi).store(hi, std::memory_order_release);
 }
 
-// The main thread waiting for its bounds, and its handle (see defer_main_stack_bounds).
-std::atomic<CpuThread*> g_deferred{nullptr};
-pthread_t g_deferred_thread;
+std::atomic<CpuThread*> g_deferred{nullptr};  // the main thread, waiting for its bounds
 
 }  // namespace
 
 void set_stack_bounds(CpuThread& t) {
-  set_bounds_of(pthread_self(), t);
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) != 0) return;
+  void* addr = nullptr;
+  size_t size = 0;
+  if (pthread_attr_getstack(&attr, &addr, &size) == 0 && addr) {
+    publish_bounds(t, reinterpret_cast<uint64_t>(addr), reinterpret_cast<uint64_t>(addr) + size);
+  }
+  pthread_attr_destroy(&attr);
+}
+
+bool main_stack_bounds(uint64_t* lo, uint64_t* hi) {
+  const auto at = reinterpret_cast<uint64_t>(__libc_stack_end);
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  rlimit rl;
+  if (getrlimit(RLIMIT_STACK, &rl) != 0) return false;
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string maps;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) maps.append(buf, static_cast<size_t>(n));
+  close(fd);
+  uint64_t last_to = 0;  // end of the mapping below
+  for (size_t pos = 0; pos < maps.size();) {
+    size_t eol = maps.find('\n', pos);
+    if (eol == std::string::npos) eol = maps.size();
+    char* dash = nullptr;
+    uint64_t from = strtoull(maps.c_str() + pos, &dash, 16);
+    if (dash && *dash == '-') {
+      uint64_t to = strtoull(dash + 1, nullptr, 16);
+      if (from <= at && at < to) {
+        // As glibc: the top is the page above __libc_stack_end; the size what RLIMIT_STACK
+        // leaves of the mapping, page-aligned, and never past the mapping below.
+        uint64_t top = (at & ~(page - 1)) + page;
+        uint64_t size = (rl.rlim_cur - (to - top)) & ~(page - 1);
+        if (size > top - last_to) size = top - last_to;
+        *lo = top - size;
+        *hi = top;
+        return true;
+      }
+      last_to = to;
+    }
+    pos = eol + 1;
+  }
+  return false;
 }
 
 void defer_main_stack_bounds(CpuThread& t) {
-  g_deferred_thread = pthread_self();
   g_deferred.store(&t, std::memory_order_release);
 }
 
 void publish_main_stack_bounds() {
+  uint64_t lo, hi;
   if (CpuThread* t = g_deferred.exchange(nullptr, std::memory_order_acq_rel)) {
-    set_bounds_of(g_deferred_thread, *t);
+    if (main_stack_bounds(&lo, &hi)) publish_bounds(*t, lo, hi);
   }
 }
 

@@ -66,10 +66,13 @@ void record_thread_exit();
 
 // Stack bounds of the calling thread (pthread_getattr_np). Not for signal handlers.
 void set_stack_bounds(CpuThread& t);
-// The main thread's bounds take glibc 0.1-0.2 ms to find (it reads /proc/self/maps), so
-// the main thread only registers here and d9's writer works them out as it starts
+// The main thread's bounds take 0.1-0.2 ms to find (from /proc/self/maps), so the main
+// thread only registers here and d9's writer works them out as it starts
 // (publish_main_stack_bounds). Until then its samples hold the interrupted pc only.
 void defer_main_stack_bounds(CpuThread& t);
+// The main thread's stack, [lo, hi), as glibc's pthread_getattr_np finds it, but without
+// the thread's own lock: the writer takes it, and a fork child could inherit it held.
+bool main_stack_bounds(uint64_t* lo, uint64_t* hi);
 void publish_main_stack_bounds();
 // Forgets a deferred request (fork child: the thread that made it may not exist there).
 void forget_deferred_stack_bounds();

@@ -122,15 +122,17 @@ void disarm_self(CpuThread& t) {
   t.timer_slot = 0;
 }
 
-// Registers the calling thread and arms its timer.
-void arm_self(CpuThread& t) {
+// Registers the calling thread and arms its timer. The main thread's stack bounds are left
+// to the writer (0.1-0.2 ms at start-up), except in a fork child, where the forking thread
+// may be any thread: glibc knows its stack.
+void arm_self(CpuThread& t, bool fork_child = false) {
   if (g_state.load(std::memory_order_acquire) != kOn || t.timer_slot) return;
   t.tid = gettid_();
   if (!t.stack_hi) {
-    if (t.tid == static_cast<uint32_t>(getpid())) {
-      defer_main_stack_bounds(t);  // the writer works them out (0.1-0.2 ms)
+    if (t.tid == static_cast<uint32_t>(getpid()) && !fork_child) {
+      defer_main_stack_bounds(t);
     } else {
-      set_stack_bounds(t);  // cheap for threads glibc created
+      set_stack_bounds(t);  // cheap, but for the main thread
     }
   }
   int id;
@@ -485,7 +487,7 @@ void after_fork_child() {
   g_in_fork_child = true;
   g_child_loader_call_ns.store(0, std::memory_order_relaxed);
   g_modules = new unwind::ModuleMap;  // the parent writer's map may be mid-update
-  forget_deferred_stack_bounds();     // its thread may be gone; arm_self below asks again
+  forget_deferred_stack_bounds();     // its thread may be gone
   if (g_state.load(std::memory_order_acquire) != kOn) return;
   // The parent's timers are not inherited, and its threads are gone.
   // Back to zero pages (a store to every slot would copy or fault in all 64 of them).
@@ -496,7 +498,7 @@ void after_fork_child() {
   CpuThread& t = tls_cpu;
   t.tid = 0;
   t.timer_slot = 0;
-  arm_self(t);
+  arm_self(t, true);
 }
 
 bool writer_stuck_in_loader() {

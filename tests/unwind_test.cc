@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "alloc/cpu_profiler.h"
 #include "alloc/unwind.h"
 
 namespace d9::unwind {
@@ -159,6 +160,19 @@ TEST_F(Unwind, UnknownStackGivesTheLeafOnly) {
   EXPECT_EQ(w.depth, 1);
   EXPECT_FALSE(w.complete);
   EXPECT_EQ(out[0], 0x1234u);
+}
+
+// The writer works out the main thread's stack bounds itself (glibc's way, without the
+// thread's lock): the same as pthread_getattr_np gives on the main thread.
+TEST(MainStackBounds, SameAsGlibc) {
+  ASSERT_EQ(gettid(), getpid()) << "GoogleTest runs tests on the main thread";
+  StackBounds glibc = this_stack();
+  uint64_t lo = 0, hi = 0;
+  ASSERT_TRUE(cpu::main_stack_bounds(&lo, &hi));
+  EXPECT_EQ(lo, glibc.lo);
+  EXPECT_EQ(hi, glibc.hi);
+  auto here = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+  EXPECT_TRUE(here >= lo && here < hi);
 }
 
 // The cost of one sample's walk, next to libunwind's unw_backtrace (which the handler
