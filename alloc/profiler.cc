@@ -185,6 +185,7 @@ void reset_after_fork() {
   // inherited samples are simply not reported.
   g_sampled_set.clear();
   g_untracked.store(0);
+  sampled_heap_after_fork();
   tls_state.tid = static_cast<uint32_t>(syscall(SYS_gettid));
 }
 

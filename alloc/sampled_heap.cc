@@ -223,6 +223,12 @@ int sampled_heap_flags() {
   return ensure_arena() ? thread_flags() : 0;
 }
 
+void sampled_heap_after_fork() {
+  if (g_arena_state.load(std::memory_order_relaxed) == kCreating) {
+    g_arena_state.store(g_arena_flags ? kReady : kNoArena, std::memory_order_relaxed);
+  }
+}
+
 int sampled_free_flags() {
   return g_arena_flags ? thread_flags() & je::kTcacheBits : je::kTcacheNone;
 }

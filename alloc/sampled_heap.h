@@ -42,6 +42,10 @@ bool init_sampled_heap(size_t reserve_bytes);
 // MALLOCX_TCACHE_NONE if jemalloc has no tcache left or the thread is exiting. 0 when there
 // is no arena: no reservation, its creation failed, or another thread is creating it.
 int sampled_heap_flags();
+// Fork child: an arena another thread of the parent was creating is either there (its
+// flags were set) or to be created again.
+void sampled_heap_after_fork();
+
 // dallocx flags (a tcache) for freeing a block of the sampled arena on this thread. A
 // thread's explicit tcache is destroyed as the thread exits.
 int sampled_free_flags();
