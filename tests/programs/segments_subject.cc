@@ -163,6 +163,17 @@ __attribute__((noinline)) void parent_site(size_t size, int n) {
   asm volatile("" ::: "memory");
 }
 
+// Waits for every child; returns how many did not exit with status 0.
+int wait_for(const std::vector<pid_t>& kids) {
+  int failures = 0;
+  for (pid_t pid : kids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  return failures;
+}
+
 int fork_children() {
   void (*sites[3])(int) = {child_site_0, child_site_1, child_site_2};
   std::vector<pid_t> kids;
@@ -179,12 +190,7 @@ int fork_children() {
     kids.push_back(pid);
     printf("child %d %d\n", c, static_cast<int>(pid));
   }
-  int failures = 0;
-  for (pid_t pid : kids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
+  int failures = wait_for(kids);
   parent_site(kParentAfterFork, 100);
   printf("parent %d\n", static_cast<int>(getpid()));
   return failures == 0 ? 0 : 1;
@@ -306,12 +312,7 @@ int fork_exec(const char* self) {
     kids.push_back(pid);
     printf("child %d %d\n", c, static_cast<int>(pid));
   }
-  int failures = 0;
-  for (pid_t pid : kids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
+  int failures = wait_for(kids);
   return failures == 0 ? 0 : 1;
 }
 
