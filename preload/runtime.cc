@@ -148,6 +148,7 @@ struct Writer {
   SealTools* tools = nullptr;  // loaded at the first seal that needs it
   bool tools_tried = false;
   bool warm_up_started = false;    // see warm_up_for_children()
+  bool unwinder_tried = false;     // see load_unwinder_if_wanted()
   uint64_t segments_dropped = 0;   // lost to write errors (full disk, ...)
   uint64_t retry_after_ns = 0;     // back-off after a failed open or write
   uint64_t last_error_log_ns = 0;  // write errors are reported at most once a minute
@@ -267,26 +268,57 @@ pthread_mutex_t g_tools_mu = PTHREAD_MUTEX_INITIALIZER;
 bool g_tools_held_for_fork = false;
 SealTools* g_tools_for_child = nullptr;  // what the next fork child's writer starts with
 
+// d9's threads load libraries (the seal tools, libunwind) under g_loader_mu, and fork
+// holds it from its prepare handler to its parent and child handlers, waiting as long as
+// a load takes: a fork in the middle of a dlopen leaves the child libraries half loaded
+// (seen: "libdw.so.1: undefined symbol: lzma_code"). Held for the load only, unlike
+// g_tools_mu, which a seal holds throughout and fork waits for 50 ms at most. Taken after
+// g_tools_mu where both are (fork takes them in that order too).
+pthread_mutex_t g_loader_mu = PTHREAD_MUTEX_INITIALIZER;
+bool g_loader_held_for_fork = false;
+
 std::atomic<bool> g_has_forked{false};  // this process has forked: warm the tools up
 
 void tools_fork_prepare() {
   g_has_forked.store(true, std::memory_order_relaxed);
   g_tools_held_for_fork = false;
   g_tools_for_child = nullptr;
+  // deadline_after() is on the monotonic clock, as pthread_mutex_clocklock is told here
+  // (pthread_mutex_timedlock reads its deadline on the realtime clock: that made this wait
+  // end at once, so forks never waited for the seal tools at all).
   timespec until = deadline_after(50 * 1000 * 1000);
-  if (pthread_mutex_timedlock(&g_tools_mu, &until) != 0) return;
-  g_tools_held_for_fork = true;
-  if (g_writer && g_writer->tools_tried) g_tools_for_child = g_writer->tools;
+  if (pthread_mutex_clocklock(&g_tools_mu, CLOCK_MONOTONIC, &until) == 0) {
+    g_tools_held_for_fork = true;
+    if (g_writer && g_writer->tools_tried) g_tools_for_child = g_writer->tools;
+  }
+  // A load takes a millisecond or two; the bound only keeps a fork from waiting forever
+  // on a load that itself waits on the forking thread (a constructor calling
+  // pthread_atfork while glibc holds its fork lock).
+  timespec load_until = deadline_after(0);
+  load_until.tv_sec += 2;
+  g_loader_held_for_fork = pthread_mutex_clocklock(&g_loader_mu, CLOCK_MONOTONIC, &load_until) == 0;
 }
 
 void tools_fork_parent() {
+  if (g_loader_held_for_fork) pthread_mutex_unlock(&g_loader_mu);
   if (g_tools_held_for_fork) pthread_mutex_unlock(&g_tools_mu);
 }
 
 void tools_fork_child() {
   g_has_forked.store(false, std::memory_order_relaxed);
+  pthread_mutex_init(&g_loader_mu, nullptr);
   pthread_mutex_init(&g_tools_mu, nullptr);
   if (!g_tools_held_for_fork) g_tools_for_child = nullptr;
+}
+
+// libunwind is loaded here, by the writer, once a sample has needed it: not at start-up,
+// where every process would wait for it (0.2-0.3 ms), sampled or not.
+void load_unwinder_if_wanted(Writer& w) {
+  if (w.unwinder_tried || !stack::unwinder_wanted()) return;
+  w.unwinder_tried = true;
+  pthread_mutex_lock(&g_loader_mu);
+  stack::load_unwinder();
+  pthread_mutex_unlock(&g_loader_mu);
 }
 
 // Called with g_tools_mu held.
@@ -294,7 +326,9 @@ SealTools* seal_tools(Writer& w) {
   if (!w.tools_tried) {
     w.tools_tried = true;
     std::string why;
+    pthread_mutex_lock(&g_loader_mu);
     w.tools = load_seal_tools(g_options.symbolize == Symbolize::kFull, &why);
+    pthread_mutex_unlock(&g_loader_mu);
     if (!w.tools) log::line("segments are sealed without symbols or compression: ", why.c_str());
   }
   return w.tools;
@@ -552,7 +586,8 @@ void* writer_main(void*) {
   g_writer = w;
   w->dir = std::string(g_options.output) + "/" + g_boot_id;
   w->metadata = build_metadata();
-  cpu::poll(&g_stop);  // a fork child's allocation stacks wait for its proof of the loader
+  cpu::poll(&g_stop);           // a fork child's allocation stacks wait for its proof of the loader
+  load_unwinder_if_wanted(*w);  // for samples taken before the writer started
 
   long wait_ns = kDrainIntervalNs;
   for (;;) {
@@ -566,6 +601,7 @@ void* writer_main(void*) {
     if (!requests_pending()) alloc::wait_for_work(seen, wait_ns);
     if (g_stop.load(std::memory_order_acquire)) break;
     cpu::poll(&g_stop);
+    load_unwinder_if_wanted(*w);
     // Idle, the writer polls less and less often, down to every 100 ms: producers nudge it
     // as their rings fill, and exit, exec and dlclose as they ask, so only the periodic
     // checks (rotation by age, a host taking SIGPROF over) can wait that long.
@@ -633,7 +669,6 @@ void on_fork_child() {
 __attribute__((constructor)) void d9_start() {
   ReentryGuard guard;
   if (start_process() != kOn) return;
-  stack::load_unwinder();
   cpu::start(g_options.cpu_hz, static_cast<uint32_t>(g_options.ring_slots),
              alloc::settings().stack_depth);
   pthread_atfork(tools_fork_prepare, tools_fork_parent, [] {
