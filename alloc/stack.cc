@@ -56,7 +56,9 @@ bool unwinder_wanted() {
 }
 
 bool take_unwinder_request() {
+  // Loads first: every sample asks, and only the first may pay for the exchange.
   return g_unwinder_wanted.load(std::memory_order_relaxed) &&
+         !g_unwinder_requested.load(std::memory_order_relaxed) &&
          !g_unwinder_requested.exchange(true, std::memory_order_relaxed);
 }
 
