@@ -116,7 +116,6 @@ void record_alloc(const void* ptr, size_t size) {
   rec->size = size;
   rec->tid = tls_state.tid;
   rec->depth = static_cast<uint32_t>(stack::capture(rec->frames(), g_settings.stack_depth));
-  if (stack::take_unwinder_request()) nudge_writer();  // the writer loads libunwind
   // Tracked only once its AllocEvent is certain (the slot is claimed), so every tracked
   // free has an alloc to match. Entered before the pointer reaches the program, so no free
   // can precede it. Outside the sampled arena (arena exhausted, or a caller's own mallocx

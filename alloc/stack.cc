@@ -20,9 +20,7 @@ namespace {
 using BacktraceFn = int (*)(void**, int);
 std::atomic<BacktraceFn> g_backtrace{nullptr};
 std::atomic<bool> g_loader_suspect{false};
-std::atomic<bool> g_waited_for_loader{false};   // this fork child's one wait is used up
-std::atomic<bool> g_unwinder_wanted{false};     // a capture went without libunwind
-std::atomic<bool> g_unwinder_requested{false};  // ... and its caller was told to ask for it
+std::atomic<bool> g_waited_for_loader{false};  // this fork child's one wait is used up
 
 // Frames of the sampling path itself that sit above the caller: wrapper, sampled path,
 // capture. A little slack keeps the requested depth after they are dropped.
@@ -49,17 +47,6 @@ bool load_unwinder() {
   if (set_policy && space) set_policy(*space, kCachePerThread);
   g_backtrace.store(fn, std::memory_order_release);
   return true;
-}
-
-bool unwinder_wanted() {
-  return g_unwinder_wanted.load(std::memory_order_relaxed);
-}
-
-bool take_unwinder_request() {
-  // Loads first: every sample asks, and only the first may pay for the exchange.
-  return g_unwinder_wanted.load(std::memory_order_relaxed) &&
-         !g_unwinder_requested.load(std::memory_order_relaxed) &&
-         !g_unwinder_requested.exchange(true, std::memory_order_relaxed);
 }
 
 void set_loader_suspect(bool suspect) {
@@ -134,9 +121,6 @@ int capture(uint64_t* out, int max_depth) {
     n = suspect ? walk_without_loader(pcs, max) : backtrace(pcs, max);
   } else {
     n = walk_with_libgcc(pcs, max);
-    if (!g_unwinder_wanted.load(std::memory_order_relaxed)) {
-      g_unwinder_wanted.store(true, std::memory_order_relaxed);
-    }
   }
   int first = 0;
   while (first < n && in_own_image(reinterpret_cast<uint64_t>(pcs[first]))) ++first;

@@ -13,16 +13,11 @@ namespace d9::stack {
 
 inline constexpr int kMaxDepth = 256;
 
-// Loads libunwind: a loader call, made by d9's writer once the first sample has needed it
-// (processes that never sample never load it). Until then (samples taken at start-up,
-// including in the constructors of libraries initialised before d9's), or for good if
+// Loads libunwind, from the library constructor. Until then (samples taken in the
+// constructors of libraries the loader initialises before d9's own), or for good if
 // libunwind.so.8 is missing, capture() walks with libgcc's unwinder instead: about 20
 // times slower, but lock-free and loaded with d9.
 bool load_unwinder();
-// True once a capture has gone without libunwind: the writer should load it.
-bool unwinder_wanted();
-// True for the first such capture only, so its caller can wake the writer once.
-bool take_unwinder_request();
 
 // Captures up to `max_depth` return addresses of the calling thread, leaf first, with
 // d9's own frames removed, so out[0] is the code that called malloc/new.

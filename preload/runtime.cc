@@ -148,7 +148,6 @@ struct Writer {
   SealTools* tools = nullptr;  // loaded at the first seal that needs it
   bool tools_tried = false;
   bool warm_up_started = false;    // see warm_up_for_children()
-  bool unwinder_tried = false;     // see load_unwinder_if_wanted()
   uint64_t segments_dropped = 0;   // lost to write errors (full disk, ...)
   uint64_t retry_after_ns = 0;     // back-off after a failed open or write
   uint64_t last_error_log_ns = 0;  // write errors are reported at most once a minute
@@ -268,12 +267,12 @@ pthread_mutex_t g_tools_mu = PTHREAD_MUTEX_INITIALIZER;
 bool g_tools_held_for_fork = false;
 SealTools* g_tools_for_child = nullptr;  // what the next fork child's writer starts with
 
-// d9's threads load libraries (the seal tools, libunwind) under g_loader_mu, and fork
-// holds it from its prepare handler to its parent and child handlers, waiting as long as
-// a load takes: a fork in the middle of a dlopen leaves the child libraries half loaded
-// (seen: "libdw.so.1: undefined symbol: lzma_code"). Held for the load only, unlike
-// g_tools_mu, which a seal holds throughout and fork waits for 50 ms at most. Taken after
-// g_tools_mu where both are (fork takes them in that order too).
+// d9's threads load libraries (the seal tools) under g_loader_mu, and fork holds it from
+// its prepare handler to its parent and child handlers, waiting as long as a load takes: a
+// fork in the middle of a dlopen leaves the child libraries half loaded (seen: "libdw.so.1:
+// undefined symbol: lzma_code"). Held for the load only, unlike g_tools_mu, which a seal
+// holds throughout and fork waits for 50 ms at most. Taken after g_tools_mu where both are
+// (fork takes them in that order too).
 pthread_mutex_t g_loader_mu = PTHREAD_MUTEX_INITIALIZER;
 bool g_loader_held_for_fork = false;
 
@@ -309,16 +308,6 @@ void tools_fork_child() {
   pthread_mutex_init(&g_loader_mu, nullptr);
   pthread_mutex_init(&g_tools_mu, nullptr);
   if (!g_tools_held_for_fork) g_tools_for_child = nullptr;
-}
-
-// libunwind is loaded here, by the writer, once a sample has needed it: not at start-up,
-// where every process would wait for it (0.2-0.3 ms), sampled or not.
-void load_unwinder_if_wanted(Writer& w) {
-  if (w.unwinder_tried || !stack::unwinder_wanted()) return;
-  w.unwinder_tried = true;
-  pthread_mutex_lock(&g_loader_mu);
-  stack::load_unwinder();
-  pthread_mutex_unlock(&g_loader_mu);
 }
 
 // Called with g_tools_mu held.
@@ -586,8 +575,7 @@ void* writer_main(void*) {
   g_writer = w;
   w->dir = std::string(g_options.output) + "/" + g_boot_id;
   w->metadata = build_metadata();
-  cpu::poll(&g_stop);           // a fork child's allocation stacks wait for its proof of the loader
-  load_unwinder_if_wanted(*w);  // for samples taken before the writer started
+  cpu::poll(&g_stop);  // a fork child's allocation stacks wait for its proof of the loader
 
   long wait_ns = kDrainIntervalNs;
   for (;;) {
@@ -601,7 +589,6 @@ void* writer_main(void*) {
     if (!requests_pending()) alloc::wait_for_work(seen, wait_ns);
     if (g_stop.load(std::memory_order_acquire)) break;
     cpu::poll(&g_stop);
-    load_unwinder_if_wanted(*w);
     // Idle, the writer polls less and less often, down to every 100 ms: producers nudge it
     // as their rings fill, and exit, exec and dlclose as they ask, so only the periodic
     // checks (rotation by age, a host taking SIGPROF over) can wait that long.
@@ -669,6 +656,7 @@ void on_fork_child() {
 __attribute__((constructor)) void d9_start() {
   ReentryGuard guard;
   if (start_process() != kOn) return;
+  stack::load_unwinder();  // before any thread of d9's: no fork can interrupt it
   cpu::start(g_options.cpu_hz, static_cast<uint32_t>(g_options.ring_slots),
              alloc::settings().stack_depth);
   pthread_atfork(tools_fork_prepare, tools_fork_parent, [] {
