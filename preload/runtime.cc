@@ -656,7 +656,7 @@ void on_fork_child() {
 __attribute__((constructor)) void d9_start() {
   ReentryGuard guard;
   if (start_process() != kOn) return;
-  stack::load_unwinder();  // before any thread of d9's: no fork can interrupt it
+  stack::load_unwinder();
   cpu::start(g_options.cpu_hz, static_cast<uint32_t>(g_options.ring_slots),
              alloc::settings().stack_depth);
   pthread_atfork(tools_fork_prepare, tools_fork_parent, [] {
