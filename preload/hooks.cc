@@ -604,6 +604,25 @@ D9_ID_WRAPPER(setregid, (gid_t r, gid_t e), (r, e), kKeepUid, e)
 D9_ID_WRAPPER(setresgid, (gid_t r, gid_t e, gid_t s), (r, e, s), kKeepUid, e)
 #undef D9_ID_WRAPPER
 
+// ---- _exit and _Exit: seal the last segment, as exit() does through d9's destructor ------
+// glibc's exit() ends in its internal _exit, not this one.
+
+D9_EXPORT void _exit(int status) {
+  using ExitFn = void (*)(int);
+  static const auto fn = next_symbol<ExitFn>("_exit");
+  d9::runtime::before_quick_exit();
+  fn(status);
+  __builtin_unreachable();
+}
+
+D9_EXPORT void _Exit(int status) {
+  using ExitFn = void (*)(int);
+  static const auto fn = next_symbol<ExitFn>("_Exit");
+  d9::runtime::before_quick_exit();
+  fn(status);
+  __builtin_unreachable();
+}
+
 // ---- threads and SIGPROF: CPU sampling (preload/cpu.h) ------------------------------
 // pthread_create arms the new thread's CPU-time timer before the host's start routine
 // runs, so no thread's first CPU goes unsampled and no timer outlives its thread; the

@@ -54,8 +54,10 @@ constexpr long kIdleIntervalNs = 100 * 1000 * 1000;
 // file still misses at most the last 100 ms.
 constexpr uint64_t kFlushIntervalNs = 100 * 1000 * 1000;
 constexpr size_t kFlushBytes = 256 << 10;
-// How long exit waits for the writer to seal the last segment.
+// How long exit waits for the writer to seal the last segment; _exit, which may be called
+// from a signal handler, less.
 constexpr int kExitWaitSecs = 5;
+constexpr int kQuickExitWaitSecs = 2;
 
 void make_boot_id() {
   // {4 lowercase letters}-{pid}, as dial9 names process directories.
@@ -619,13 +621,15 @@ void start_writer() {
   if (!g_writer_started) turn_off("cannot start the writer thread");
 }
 
-void stop_writer() {
+// Stops the writer, which seals the last segment, and waits up to `wait_secs` for it.
+void stop_writer(int wait_secs) {
   if (!g_writer_started) return;
   g_stop.store(true, std::memory_order_release);
   alloc::nudge_writer();
-  pthread_mutex_lock(&g_mu);
   timespec until = deadline_after(0);
-  until.tv_sec += kExitWaitSecs;
+  until.tv_sec += wait_secs;
+  // Bounded too: _exit may come from a signal handler that interrupted this very wait.
+  if (pthread_mutex_clocklock(&g_mu, CLOCK_MONOTONIC, &until) != 0) return;
   // Checked every 100 ms: a fork child's writer blocked for good on a loader lock it
   // inherited held will never finish.
   while (!g_done && !cpu::writer_stuck_in_loader()) {
@@ -669,7 +673,7 @@ __attribute__((constructor)) void d9_start() {
 
 __attribute__((destructor)) void d9_stop() {
   ReentryGuard guard;
-  if (g_state.load(std::memory_order_acquire) == kOn) stop_writer();
+  if (g_state.load(std::memory_order_acquire) == kOn) stop_writer(kExitWaitSecs);
 }
 
 }  // namespace
@@ -701,6 +705,13 @@ void ask_writer(Request& r, int wait_secs) {
 }
 
 }  // namespace
+
+void before_quick_exit() {
+  if (g_state.load(std::memory_order_acquire) != kOn) return;
+  if (tls_state.internal || getpid() != g_writer_pid) return;  // d9's thread; a vfork child
+  ReentryGuard guard;
+  stop_writer(kQuickExitWaitSecs);
+}
 
 void before_exec() {
   // A fork child that execs at once has recorded nothing: no segment was opened (the writer

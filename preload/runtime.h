@@ -26,6 +26,11 @@ bool at_sample_point(size_t size);
 // which shares its parent's memory and writer.
 void before_exec();
 
+// Called by _exit and _Exit, which run no destructors (so not d9's, which seals the last
+// segment at exit): seals it, waiting at most 2 s. dash, Debian's /bin/sh, ends this way.
+// Does nothing on d9's own threads or in a vfork child.
+void before_quick_exit();
+
 // Called by dlclose before a library is unloaded: the writer takes note of the modules
 // mapped now, so the library's addresses in samples still resolve at the next seal.
 // Waits a bounded time; does nothing on d9's own threads or in a vfork child.

@@ -819,6 +819,26 @@ TEST_F(E2ESegments, ForkedChildrenSealWhatTheyRecordedBeforeExec) {
   EXPECT_EQ(basename_of(before).substr(5), basename_of(after).substr(5)) << "same pid";
 }
 
+// _exit runs no destructors, d9's included: d9 seals the last segment from its own _exit,
+// and the exit status is the program's.
+TEST_F(E2ESegments, QuickExitSealsTheLastSegment) {
+  RunResult r = run({subject(), "quick-exit"}, {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.err, "");
+  auto dirs = list_dirs(dir_);
+  ASSERT_EQ(dirs.size(), 1u);
+  std::map<long, std::string> segs = sealed_by_index(dirs[0]);
+  ASSERT_EQ(segs.size(), 1u);
+  const std::string& path = segs.begin()->second;
+  EXPECT_TRUE(path.ends_with(".bin.zst")) << path;
+  Segment s = load(path);
+  expect_self_contained(s);
+  EXPECT_EQ(s.trace.metadata["segment.complete"], "true");
+  size_t marked = 0;
+  for (const decode::AllocEvent& a : s.trace.allocs) marked += a.size == 7006;
+  EXPECT_EQ(marked, 50u);
+}
+
 // ---- 6. SIGKILL ----------------------------------------------------------------------------
 
 TEST_F(E2ESegments, SigkillLeavesSealedSegmentsAndADecodableActiveOne) {

@@ -16,6 +16,8 @@
 //   list-fds TAG     prints "TAG fd N -> TARGET" for each of its open descriptors.
 //   exec SELF        allocates 50 blocks of 7001 bytes, then replaces itself (execv, no
 //                    fork) with `SELF steady 0.2 7002`.
+//   quick-exit       allocates 50 blocks of 7006 bytes, then ends with _exit(3): no exit
+//                    handlers, no destructors (dash, Debian's /bin/sh, ends this way).
 //   fork-exec SELF   forks two children: one allocates 50 blocks of 7003 bytes, then execs
 //                    `SELF steady 0.2 7004`; the other execs `SELF steady 0.2 7005` at once,
 //                    allocating nothing in between. Prints "child N PID" for each.
@@ -399,6 +401,11 @@ int main(int argc, char** argv) {
   if (mode == "list-fds" && argc == 3) return list_fds(argv[2]);
   if (mode == "exec" && argc == 3) return exec_self(argv[2]);
   if (mode == "fork-exec" && argc == 3) return fork_exec(argv[2]);
+  if (mode == "quick-exit") {
+    parent_site(7006, 50);
+    fflush(stdout);
+    _exit(3);
+  }
   if (mode == "dlopen-loop" && argc == 5) return dlopen_loop(argv[2], atoi(argv[3]), atoi(argv[4]));
   fprintf(stderr,
           "usage: %s golden DSO unload|keep | steady SECS MARK | fork | fds SELF | list-fds TAG | "
