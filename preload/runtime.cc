@@ -706,22 +706,25 @@ void ask_writer(Request& r, int wait_secs) {
 
 }  // namespace
 
+// Nothing recorded since start-up or the fork (a fork child that execs or exits at once):
+// no segment was opened (the writer opens one for the first record) and nothing waits in
+// the rings, so there is nothing to seal, and no round trip through a writer that has
+// barely started.
+bool nothing_recorded() {
+  alloc::Counters c = alloc::counters();
+  const auto& cpu_ring = cpu::ring();
+  return c.alloc_samples == 0 && c.frees_seen == 0 && cpu_ring.claimed() + cpu_ring.dropped() == 0;
+}
+
 void before_quick_exit() {
-  if (g_state.load(std::memory_order_acquire) != kOn) return;
+  if (g_state.load(std::memory_order_acquire) != kOn || nothing_recorded()) return;
   if (tls_state.internal || getpid() != g_writer_pid) return;  // d9's thread; a vfork child
   ReentryGuard guard;
   stop_writer(kQuickExitWaitSecs);
 }
 
 void before_exec() {
-  // A fork child that execs at once has recorded nothing: no segment was opened (the writer
-  // opens one for the first record) and nothing waits in the rings. Nothing to seal, so no
-  // round trip through a writer that has barely started.
-  alloc::Counters c = alloc::counters();
-  const auto& cpu_ring = cpu::ring();
-  if (c.alloc_samples == 0 && c.frees_seen == 0 && cpu_ring.claimed() + cpu_ring.dropped() == 0) {
-    return;
-  }
+  if (nothing_recorded()) return;
   ask_writer(g_seal_request, kExitWaitSecs);
 }
 
