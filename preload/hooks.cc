@@ -607,20 +607,26 @@ D9_ID_WRAPPER(setresgid, (gid_t r, gid_t e, gid_t s), (r, e, s), kKeepUid, e)
 // ---- _exit and _Exit: seal the last segment, as exit() does through d9's destructor ------
 // glibc's exit() ends in its internal _exit, not this one.
 
-D9_EXPORT void _exit(int status) {
-  using ExitFn = void (*)(int);
-  static const auto fn = next_symbol<ExitFn>("_exit");
+namespace {
+
+using QuickExitFn = void (*)(int);
+
+[[noreturn]] void seal_then(QuickExitFn real, int status) {
   d9::runtime::before_quick_exit();
-  fn(status);
+  real(status);
   __builtin_unreachable();
 }
 
+}  // namespace
+
+D9_EXPORT void _exit(int status) {
+  static const auto real = next_symbol<QuickExitFn>("_exit");
+  seal_then(real, status);
+}
+
 D9_EXPORT void _Exit(int status) {
-  using ExitFn = void (*)(int);
-  static const auto fn = next_symbol<ExitFn>("_Exit");
-  d9::runtime::before_quick_exit();
-  fn(status);
-  __builtin_unreachable();
+  static const auto real = next_symbol<QuickExitFn>("_Exit");
+  seal_then(real, status);
 }
 
 // ---- threads and SIGPROF: CPU sampling (preload/cpu.h) ------------------------------
