@@ -33,6 +33,8 @@ class Tools final : public SealTools {
     return out_;
   }
 
+  void prepare(std::span<const uint64_t> addrs) override { symbolizer_.prepare(addrs); }
+
   std::vector<ModuleInfo> modules() override {
     std::vector<ModuleInfo> out;
     for (const symbolize::Module& m : symbolizer_.modules()) {
@@ -136,7 +138,7 @@ class Tools final : public SealTools {
 }  // namespace
 }  // namespace d9
 
-extern "C" __attribute__((visibility("default"))) d9::SealTools* d9_create_seal_tools_v3(
+extern "C" __attribute__((visibility("default"))) d9::SealTools* d9_create_seal_tools_v4(
     bool inflate_compressed_debug_files) {
   return new d9::Tools(inflate_compressed_debug_files);
 }

@@ -47,12 +47,20 @@ struct Symbolizer::ModuleRec {
   Elf* alt_elf = nullptr;      // dwz file, set on the module's Dwarf
   Dwarf* alt = nullptr;
   std::unordered_map<Dwarf_Off, std::unique_ptr<CuIndex>> units;  // by CU DIE offset
-  std::unique_ptr<SymbolIndex> symbols;                           // built on first use
+  std::unique_ptr<SymbolIndex> symbols;  // built on first use, or after kPassesBeforeIndex
+  // Symbol names of the last prepare()'s addresses (by pc), while there is no index.
+  std::unordered_map<uint64_t, const char*> prepared;
+  int passes = 0;  // SymbolIndex::find_once calls so far
 };
 
 namespace {
 
 using ModuleRec = Symbolizer::ModuleRec;
+
+// prepare() answers a module's batch of addresses with one pass over its symbol table, a
+// third of the cost of building the index, for this many batches; then it builds the index.
+// A short-lived process seals once; a long-running one soon has the index.
+constexpr int kPassesBeforeIndex = 2;
 
 std::string Hex(uint64_t v) {
   char buf[24];
@@ -744,6 +752,44 @@ const std::vector<Frame>& Symbolizer::resolve(uint64_t addr) {
   return cache_.emplace(addr, std::move(frames)).first->second;
 }
 
+void Symbolizer::prepare(std::span<const uint64_t> addrs) {
+  std::unordered_map<ModuleRec*, std::vector<uint64_t>> pcs;
+  for (const auto& rec : recs_) rec->prepared.clear();  // the last batch is resolved
+  for (uint64_t addr : addrs) {
+    if (addr == 0 || cache_.count(addr) != 0) continue;
+    ModuleRec* rec = find(addr - 1);
+    if (rec != nullptr && rec->mod != nullptr && rec->symbols == nullptr) {
+      pcs[rec].push_back(addr - 1);
+    }
+  }
+  for (auto& [rec, batch] : pcs) {
+    if (rec->passes >= kPassesBeforeIndex) {
+      rec->symbols = std::make_unique<SymbolIndex>(rec->mod);
+      continue;
+    }
+    ++rec->passes;
+    std::sort(batch.begin(), batch.end());
+    batch.erase(std::unique(batch.begin(), batch.end()), batch.end());
+    std::vector<const char*> names = SymbolIndex::find_once(rec->mod, batch);
+    for (size_t i = 0; i < batch.size(); ++i) rec->prepared.emplace(batch[i], names[i]);
+  }
+}
+
+size_t Symbolizer::symbol_indexes() const {
+  return std::count_if(recs_.begin(), recs_.end(),
+                       [](const auto& r) { return r->symbols != nullptr; });
+}
+
+const char* Symbolizer::symbol_name(ModuleRec* rec, uint64_t pc) {
+  if (rec->symbols == nullptr) {
+    auto it = rec->prepared.find(pc);
+    if (it != rec->prepared.end()) return it->second;
+    rec->symbols = std::make_unique<SymbolIndex>(rec->mod);
+    rec->prepared.clear();
+  }
+  return rec->symbols->find(pc);
+}
+
 void Symbolizer::resolve_in(ModuleRec* rec, uint64_t addr, uint64_t pc, std::vector<Frame>& out) {
   Dwfl_Module* mod = rec->mod;
   if (mod == nullptr) return;
@@ -800,8 +846,7 @@ void Symbolizer::resolve_in(ModuleRec* rec, uint64_t addr, uint64_t pc, std::vec
   // Symbol table: names the real function when DWARF has no linkage name for it (C,
   // internal-linkage C++: the symbol carries the signature), or when there is no DWARF.
   if (!outermost_has_linkage) {
-    if (rec->symbols == nullptr) rec->symbols = std::make_unique<SymbolIndex>(mod);
-    const char* name = rec->symbols->find(pc);
+    const char* name = symbol_name(rec, pc);
     if (name != nullptr) {
       if (out.empty()) {
         // No function in DWARF (assembly, say): the line table may still know the place.

@@ -40,6 +40,9 @@ class SealTools {
   // Frames of an address found in a callchain: outermost function first (index = inline
   // depth), never empty. The reference is valid until the next call.
   virtual const std::vector<SymbolFrame>& resolve(uint64_t addr) = 0;
+  // The addresses about to be resolved, all at once: lets the symbolizer read a module's
+  // symbol table in one pass instead of indexing it (symbolize::Symbolizer::prepare).
+  virtual void prepare(std::span<const uint64_t> addrs) = 0;
   // Every module seen so far, including unloaded ones.
   virtual std::vector<ModuleInfo> modules() = 0;
   // Takes note of the modules mapped now, so they stay resolvable after a dlclose.
@@ -57,7 +60,7 @@ class SealTools {
 // Entry point exported by libd9_seal.so. `inflate_compressed_debug_files` is
 // symbolize::Options' flag of that name (D9_SYMBOLIZE=full).
 inline constexpr char kSealToolsLibrary[] = "libd9_seal.so";
-inline constexpr char kSealToolsEntry[] = "d9_create_seal_tools_v3";
+inline constexpr char kSealToolsEntry[] = "d9_create_seal_tools_v4";
 using CreateSealToolsFn = SealTools* (*)(bool inflate_compressed_debug_files);
 
 // Loads libd9_seal.so from the directory libd9.so was loaded from and creates the tools;

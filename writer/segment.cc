@@ -192,7 +192,13 @@ void Segment::write_symbols(SealTools& tools, bool symbolize) {
   for (const ModuleInfo& m : tools.modules()) {
     sym.module_entry(m.path, m.build_id, m.start, m.end, m.bias, m.loaded);
   }
-  for (uint64_t addr : symbolize ? events_.frame_addresses() : std::unordered_set<uint64_t>{}) {
+  std::vector<uint64_t> addrs;
+  if (symbolize) {
+    const std::unordered_set<uint64_t>& all = events_.frame_addresses();
+    addrs.assign(all.begin(), all.end());
+  }
+  tools.prepare(addrs);  // all at once: one pass over a symbol table instead of an index
+  for (uint64_t addr : addrs) {
     const std::vector<SymbolFrame>& frames = tools.resolve(addr);
     for (size_t depth = 0; depth < frames.size(); ++depth) {
       const SymbolFrame& f = frames[depth];

@@ -185,6 +185,40 @@ TEST(Symbolizer, CachesByAddress) {
   EXPECT_EQ(c2[2].line, static_cast<uint32_t>(c.leaf.line));
 }
 
+// Return addresses just past the first bytes of libc functions.
+std::vector<uint64_t> LibcAddresses(uint64_t offset) {
+  std::vector<uint64_t> out;
+  for (void* fn : {reinterpret_cast<void*>(&fopen), reinterpret_cast<void*>(&qsort),
+                   reinterpret_cast<void*>(&strtol), reinterpret_cast<void*>(&getpid),
+                   reinterpret_cast<void*>(&opendir), reinterpret_cast<void*>(&snprintf)}) {
+    out.push_back(reinterpret_cast<uint64_t>(fn) + offset);
+  }
+  return out;
+}
+
+TEST(Symbolizer, PreparedBatchesResolveAsTheIndexDoes) {
+  Library stripped("stripped");
+  ASSERT_NE(stripped.handle, nullptr) << dlerror();
+  // As in libd9: libc6-dbg's compressed DWARF left unread, names from its symbol table.
+  const Options names{.inflate_compressed_debug_files = false};
+  Symbolizer batched(names), indexed(names);
+  for (uint64_t offset : {1, 2, 3}) {
+    std::vector<uint64_t> addrs = LibcAddresses(offset);
+    if (offset == 1) addrs.push_back(stripped.probes.direct.addr);  // .dynsym only
+    batched.prepare(addrs);
+    for (uint64_t addr : addrs) {
+      const std::vector<Frame>& want = indexed.resolve(addr);
+      const std::vector<Frame>& got = batched.resolve(addr);
+      ASSERT_EQ(got.size(), 1u) << Dump(got);
+      EXPECT_EQ(got[0].function, want[0].function) << Hex(addr);
+      EXPECT_EQ(got[0].function.find("[unknown]"), std::string::npos) << Hex(addr);
+    }
+    // One pass over each table for the first two batches; the third builds the index.
+    EXPECT_EQ(batched.symbol_indexes(), offset == 3 ? 1u : 0u) << offset;
+  }
+  EXPECT_EQ(indexed.symbol_indexes(), 2u);  // libc and the stripped library
+}
+
 TEST(Symbolizer, Placeholders) {
   Symbolizer s;
   const std::vector<Frame>& kernel = s.resolve(0xffffffff81000010ull);
