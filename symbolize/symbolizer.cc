@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 
 #include "symbolize/dwarf_index.h"
@@ -37,7 +38,10 @@ struct Symbolizer::ModuleRec {
   Module info;
   std::string build_id;        // raw bytes from memory (or the file for the vDSO)
   Dwfl_Module* mod = nullptr;  // null: the file could not be used; placeholders only
-  Elf* elf = nullptr;          // opened at report time, handed to libdwfl by FindElf
+  std::string open_path;       // the file to open at the first lookup ("" once opened)
+  uint64_t noted_ns = 0;       // CLOCK_MONOTONIC when refresh_modules() first saw it
+  std::string dwfl_name;       // the module's name for libdwfl, unique
+  Elf* elf = nullptr;          // opened at the first lookup, handed to libdwfl by FindElf
   std::string debug_path;      // separate debug file, if FindElf found one
   std::vector<char> image;     // the vDSO's bytes (the ELF is read from this copy)
   bool debuginfod = false;     // Options::debuginfod
@@ -179,6 +183,12 @@ std::string MappedPath(uint64_t addr) {
     return path;
   }
   return "";
+}
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000 + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 std::string ExePath() {
@@ -571,16 +581,9 @@ Symbolizer::Symbolizer(const std::vector<Module>& recorded, const Options& optio
       }
       rec->elf = elf;
     }
-    if (dwfl_ != nullptr && rec->elf != nullptr) {
-      // libdwfl reuses a module reported with the same name and range; keep names unique.
-      std::string name = m.path + " #" + std::to_string(recs_.size());
-      rec->mod = dwfl_report_module(dwfl_, name.c_str(), m.start, m.end);
-      if (rec->mod != nullptr) {
-        void** userdata = nullptr;
-        dwfl_module_info(rec->mod, &userdata, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
-        *userdata = rec;
-      }
-    }
+    // libdwfl reuses a module reported with the same name and range; keep names unique.
+    rec->dwfl_name = m.path + " #" + std::to_string(recs_.size());
+    if (rec->elf != nullptr) report(rec);
     // Later modules own the ranges they share with earlier (unloaded) ones.
     auto lo = by_start_.lower_bound(m.start);
     if (lo != by_start_.begin() && std::prev(lo)->second->info.end > m.start) --lo;
@@ -621,7 +624,13 @@ void Symbolizer::refresh_modules() {
   loader_adds_ = st.adds;
   loader_subs_ = st.subs;
 
-  for (auto& rec : recs_) rec->info.loaded = false;
+  const uint64_t now = MonotonicNs();
+  for (auto& rec : recs_) {
+    rec->info.loaded = false;
+    if (!rec->open_path.empty() && now - rec->noted_ns >= options_.open_after_ms * 1000000) {
+      open(rec.get());
+    }
+  }
   if (dwfl_ != nullptr) dwfl_report_begin_add(dwfl_);
   bool first = true;
   for (Seen& s : seen) {
@@ -667,27 +676,15 @@ void Symbolizer::refresh_modules() {
         rec->elf = elf_memory(rec->image.data(), rec->image.size());
         if (rec->elf != nullptr && rec->build_id.empty()) rec->build_id = FileBuildId(rec->elf);
       } else {
-        // The main program through /proc/self/exe: right even if the file was replaced.
-        rec->elf = OpenElf(main_program ? "/proc/self/exe" : path.c_str());
-        // A file replaced since it was loaded would give wrong answers: refuse it.
-        if (rec->elf != nullptr && !rec->build_id.empty() &&
-            FileBuildId(rec->elf) != rec->build_id) {
-          elf_end(rec->elf);
-          rec->elf = nullptr;
-        }
+        // Opened at its first lookup. The main program through /proc/self/exe: right even
+        // if the file was replaced.
+        rec->open_path = main_program ? "/proc/self/exe" : path;
+        rec->noted_ns = now;
       }
       rec->info.build_id_hex = HexBytes(rec->build_id);
-      if (dwfl_ != nullptr && rec->elf != nullptr) {
-        // libdwfl reuses a module reported with the same name and range; keep names unique.
-        std::string name = same_name == 0 ? path : path + " #" + std::to_string(recs_.size());
-        rec->mod = dwfl_report_module(dwfl_, name.c_str(), s.start, s.end);
-        if (rec->mod != nullptr) {
-          void** userdata = nullptr;
-          dwfl_module_info(rec->mod, &userdata, nullptr, nullptr, nullptr, nullptr, nullptr,
-                           nullptr);
-          *userdata = rec;
-        }
-      }
+      // libdwfl reuses a module reported with the same name and range; keep names unique.
+      rec->dwfl_name = same_name == 0 ? path : path + " #" + std::to_string(recs_.size());
+      if (rec->elf != nullptr) report(rec);
       recs_.push_back(std::move(owned));
     }
     rec->info.loaded = true;
@@ -714,6 +711,31 @@ void Symbolizer::refresh_modules() {
     }
   }
   if (dwfl_ != nullptr) dwfl_report_end(dwfl_, nullptr, nullptr);
+}
+
+void Symbolizer::report(ModuleRec* rec) {
+  if (dwfl_ == nullptr) return;
+  rec->mod = dwfl_report_module(dwfl_, rec->dwfl_name.c_str(), rec->info.start, rec->info.end);
+  if (rec->mod != nullptr) {
+    void** userdata = nullptr;
+    dwfl_module_info(rec->mod, &userdata, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr);
+    *userdata = rec;
+  }
+}
+
+void Symbolizer::open(ModuleRec* rec) {
+  if (rec->open_path.empty()) return;
+  rec->elf = OpenElf(rec->open_path.c_str());
+  rec->open_path.clear();
+  // A file replaced since it was loaded would give wrong answers: refuse it.
+  if (rec->elf != nullptr && !rec->build_id.empty() && FileBuildId(rec->elf) != rec->build_id) {
+    elf_end(rec->elf);
+    rec->elf = nullptr;
+  }
+  if (dwfl_ == nullptr || rec->elf == nullptr) return;
+  dwfl_report_begin_add(dwfl_);
+  report(rec);
+  dwfl_report_end(dwfl_, nullptr, nullptr);
 }
 
 std::vector<Module> Symbolizer::modules() const {
@@ -744,7 +766,10 @@ const std::vector<Frame>& Symbolizer::resolve(uint64_t addr) {
       refresh_modules();
       rec = find(pc);
     }
-    if (rec != nullptr) resolve_in(rec, addr, pc, frames);
+    if (rec != nullptr) {
+      open(rec);
+      resolve_in(rec, addr, pc, frames);
+    }
     if (frames.empty()) {
       frames.push_back(Frame{"[unknown] " + Hex(addr), rec != nullptr ? rec->info.path : "", 0});
     }
@@ -758,6 +783,7 @@ void Symbolizer::prepare(std::span<const uint64_t> addrs) {
   for (uint64_t addr : addrs) {
     if (addr == 0 || cache_.count(addr) != 0) continue;
     ModuleRec* rec = find(addr - 1);
+    if (rec != nullptr) open(rec);
     if (rec != nullptr && rec->mod != nullptr && rec->symbols == nullptr) {
       pcs[rec].push_back(addr - 1);
     }

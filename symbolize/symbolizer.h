@@ -5,13 +5,17 @@
 // signal handler or an allocation hook: it takes the loader lock (dl_iterate_phdr), opens
 // files and allocates freely. One Symbolizer is not thread-safe; callers serialise.
 //
-// Modules: the constructor and refresh_modules() walk dl_iterate_phdr and report every new
-// object (main executable, shared libraries, the vDSO) to one Dwfl session. Each file is
-// opened once, while the object is still mapped, and checked against the build-id in memory;
-// its descriptor is closed right away (libelf keeps a private mapping), so d9 holds no
-// descriptors for modules. Modules are never dropped: an object unloaded with dlclose stays
-// resolvable. When a new object is mapped over the range of an unloaded one, the newest
-// mapping wins for lookups from then on (see refresh_modules()).
+// Modules: the constructor and refresh_modules() walk dl_iterate_phdr and note every new
+// object (main executable, shared libraries, the vDSO), with its build-id read from memory.
+// Its file is opened at the first lookup of an address in it, or by the first
+// refresh_modules() Options::open_after_ms after it was noted, whichever comes first: a
+// short-lived process reads only the few objects its addresses are in, a long-running one
+// reads them all early, before an upgrade can replace them on disk. The file is checked
+// against the build-id from memory (a replaced file would give wrong answers: refused) and
+// reported to one Dwfl session; its descriptor is closed right away (libelf keeps a
+// private mapping), so d9 holds no descriptors for modules. Modules are never dropped: an object
+// unloaded with dlclose stays resolvable. When a new object is mapped over the range of an unloaded
+// one, the newest mapping wins for lookups from then on (see refresh_modules()).
 //
 // Debug info: DWARF in the file itself, or a separate file found the standard way (build-id
 // under /usr/lib/debug/.build-id, or .gnu_debuglink next to the file, in .debug/ or under
@@ -88,6 +92,9 @@ struct Options {
   // the module itself, and uncompressed debug files, are always read. The offline CLI keeps
   // the default; libd9's seal tools pass false unless D9_SYMBOLIZE=full.
   bool inflate_compressed_debug_files = true;
+  // A module's file is read at its first lookup, or by the first refresh_modules() this
+  // long after the module was noted.
+  uint64_t open_after_ms = 1000;
 };
 
 class Symbolizer {
@@ -168,6 +175,9 @@ class Symbolizer {
  private:
   ModuleRec* find(uint64_t pc) const;
   void resolve_in(ModuleRec* rec, uint64_t addr, uint64_t pc, std::vector<Frame>& out);
+  // Opens a module's file at its first lookup and reports it to libdwfl.
+  void open(ModuleRec* rec);
+  void report(ModuleRec* rec);  // between dwfl_report_begin_add and dwfl_report_end
   // The symbol-table name at pc: from the last prepare(), else from the index (built now).
   const char* symbol_name(ModuleRec* rec, uint64_t pc);
   bool loader_changed() const;

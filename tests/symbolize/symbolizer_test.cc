@@ -74,7 +74,9 @@ int CountFds() {
 
 // A symtest library loaded with dlopen, its probes filled.
 struct Library {
-  explicit Library(const std::string& variant) : path(LibPath(variant)) {
+  // A symtest variant ("dso"), or the path of a copy of one.
+  explicit Library(const std::string& variant)
+      : path(variant[0] == '/' ? variant : LibPath(variant)) {
     handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) return;
     auto fill = reinterpret_cast<SymtestDsoFill>(dlsym(handle, "symtest_dso_fill"));
@@ -412,6 +414,55 @@ TEST(Symbolizer, StrippedLibrary) {
   EXPECT_EQ(local[0].function, "[unknown] " + Hex(lib.probes.local_function));
   EXPECT_EQ(local[0].file, lib.path);
   EXPECT_EQ(local[0].line, 0u);
+}
+
+// Loads copies of two symtest libraries, refreshes `s` `refreshes` times, unloads them,
+// then replaces the second file with another build (another build-id). Returns their probes.
+std::pair<SymtestDsoProbes, SymtestDsoProbes> LoadThenReplace(Symbolizer& s, const std::string& dir,
+                                                              int refreshes) {
+  auto copy = [](const std::string& from, const std::string& to) {
+    EXPECT_EQ(std::system(("cp " + from + " " + to).c_str()), 0);
+  };
+  const std::string kept = dir + "/libkept.so", replaced = dir + "/libreplaced.so";
+  copy(LibPath("dso"), kept);
+  copy(LibPath("split"), replaced);
+  Library a(kept), b(replaced);
+  EXPECT_NE(a.handle, nullptr) << dlerror();
+  EXPECT_NE(b.handle, nullptr) << dlerror();
+  for (int i = 0; i < refreshes; ++i) s.refresh_modules();
+  EXPECT_TRUE(a.close());
+  EXPECT_TRUE(b.close());
+  EXPECT_EQ(unlink(replaced.c_str()), 0);
+  copy(LibPath("reuse"), replaced);
+  return {a.probes, b.probes};
+}
+
+// A module's file is read at the first lookup in it: one unloaded before any lookup is read
+// then, and a file replaced in the meantime is refused, not misread.
+TEST(Symbolizer, OpensModulesAtTheirFirstLookup) {
+  char dir[] = "/tmp/d9-symtest-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  Symbolizer s;
+  auto [kept, replaced] = LoadThenReplace(s, dir, 2);
+  EXPECT_EQ(s.resolve(kept.direct.addr)[0].function, "symtest_dso::dso_direct(SymtestProbe*)");
+  const std::vector<Frame>& f = s.resolve(replaced.direct.addr);
+  ASSERT_EQ(f.size(), 1u) << Dump(f);
+  EXPECT_EQ(f[0].function.rfind("[unknown] ", 0), 0u) << Dump(f);
+  EXPECT_EQ(f[0].file, std::string(dir) + "/libreplaced.so");
+  std::system(("rm -rf " + std::string(dir)).c_str());
+}
+
+// ...or by a refresh Options::open_after_ms after it was noted (here at once): a
+// long-running process has read its objects before they can be replaced.
+TEST(Symbolizer, OpensModulesAtALaterRefresh) {
+  char dir[] = "/tmp/d9-symtest-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  Symbolizer s(Options{.open_after_ms = 0});
+  auto [kept, replaced] = LoadThenReplace(s, dir, 2);  // noted, then read
+  EXPECT_EQ(s.resolve(kept.direct.addr)[0].function, "symtest_dso::dso_direct(SymtestProbe*)");
+  EXPECT_EQ(s.resolve(replaced.direct.addr)[0].function,
+            "symtest_split::dso_direct(SymtestProbe*)");
+  std::system(("rm -rf " + std::string(dir)).c_str());
 }
 
 TEST(Symbolizer, RangeReusedAfterDlclose) {
