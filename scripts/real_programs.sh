@@ -12,10 +12,10 @@
 # python-regrtest redis nginx new-delete dlopen), BENCH_SECS (seconds of load per
 # configuration in the redis and nginx throughput comparisons, default 20), BENCH_ROUNDS
 # (interleaved rounds they are split into, default 4).
-# Unsealed (.active) segments are counted, not failed: a process killed by SIGPIPE (the
-# bash workload's `sort | head`) cannot seal, fork children that exec may leave one (see
-# RealPrograms.ForkExecChildrenLeaveNoUnsealedSegments), and so do fork children that leave
-# with _exit() (redis-server's BGSAVE child).
+# Unsealed (.active) segments are counted, not failed: a process killed by a signal (SIGPIPE
+# in the bash workload's `sort | head`) cannot seal. Processes that exec or end with
+# _exit() (redis-server's BGSAVE child) seal first (see
+# RealPrograms.ForkExecChildrenLeaveNoUnsealedSegments).
 # Programs: /usr/bin/python3 (with Debian's libpython3.11-testsuite for python-regrtest),
 # /usr/bin/sqlite3, /usr/bin/git, /bin/bash, redis-server/redis-cli/redis-benchmark,
 # nginx/wrk/curl, and the suite's own test programs; a missing one is skipped with a note.
