@@ -28,6 +28,7 @@
 #include "alloc/thread_state.h"
 #include "preload/cpu.h"
 #include "preload/log.h"
+#include "preload/own_libstdcxx.h"
 #include "writer/seal_tools.h"
 #include "writer/segment.h"
 
@@ -43,6 +44,9 @@ namespace {
 enum State : int { kUninit = 0, kStarting = 1, kOn = 2, kOff = 3 };
 
 std::atomic<int> g_state{kUninit};
+// d9_start has run: allocations before it come from the constructors of libraries the
+// loader initialises first (own_libstdcxx.h).
+std::atomic<bool> g_constructed{false};
 Options g_options;
 char g_boot_id[32];
 
@@ -657,7 +661,18 @@ void on_fork_child() {
   start_writer();
 }
 
+// Nothing recorded since start-up or the fork (a process that never sampled, a fork child
+// that execs or exits at once): no segment was opened (the writer opens one for the first
+// record) and nothing waits in the rings, so there is nothing to seal, and no round trip
+// through the writer at exit, exec or _exit.
+bool nothing_recorded() {
+  alloc::Counters c = alloc::counters();
+  const auto& cpu_ring = cpu::ring();
+  return c.alloc_samples == 0 && c.frees_seen == 0 && cpu_ring.claimed() + cpu_ring.dropped() == 0;
+}
+
 __attribute__((constructor)) void d9_start() {
+  g_constructed.store(true, std::memory_order_relaxed);
   ReentryGuard guard;
   if (start_process() != kOn) return;
   stack::load_unwinder();
@@ -673,7 +688,9 @@ __attribute__((constructor)) void d9_start() {
 
 __attribute__((destructor)) void d9_stop() {
   ReentryGuard guard;
-  if (g_state.load(std::memory_order_acquire) == kOn) stop_writer(kExitWaitSecs);
+  if (g_state.load(std::memory_order_acquire) == kOn && !nothing_recorded()) {
+    stop_writer(kExitWaitSecs);
+  }
 }
 
 }  // namespace
@@ -705,16 +722,6 @@ void ask_writer(Request& r, int wait_secs) {
 }
 
 }  // namespace
-
-// Nothing recorded since start-up or the fork (a fork child that execs or exits at once):
-// no segment was opened (the writer opens one for the first record) and nothing waits in
-// the rings, so there is nothing to seal, and no round trip through a writer that has
-// barely started.
-bool nothing_recorded() {
-  alloc::Counters c = alloc::counters();
-  const auto& cpu_ring = cpu::ring();
-  return c.alloc_samples == 0 && c.frees_seen == 0 && cpu_ring.claimed() + cpu_ring.dropped() == 0;
-}
 
 void before_quick_exit() {
   if (g_state.load(std::memory_order_acquire) != kOn || nothing_recorded()) return;
@@ -770,8 +777,12 @@ bool at_sample_point(size_t size) {
     t.bytes_until_sample = INT64_MAX;
     return false;
   }
-  if (!t.initialised) return alloc::start_thread(t, size);
-  return alloc::take_sample(t);
+  bool take = t.initialised ? alloc::take_sample(t) : alloc::start_thread(t, size);
+  if (take && !g_constructed.load(std::memory_order_relaxed)) {
+    ReentryGuard guard;
+    if (from_libstdcxx_loaded_only_for_d9()) return false;  // d9's footprint, unsampled
+  }
+  return take;
 }
 
 }  // namespace d9::runtime

@@ -235,6 +235,39 @@ TEST_F(E2EAlloc, AllocationsBeforeD9sConstructorHaveStacks) {
   }
 }
 
+// Every allocation sampled: a C program's three blocks are its only events. libstdc++,
+// which the loader brings in for libd9.so alone, allocates its exception pool before d9's
+// constructor runs; that block is d9's footprint and is not reported. A C++ program's own
+// pool is.
+TEST_F(E2EAlloc, LibstdcxxLoadedOnlyForD9IsNotTheProgramsAllocation) {
+  RunResult r = run({program("c_allocs")}, {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  decode::Trace t = load_single_segment();
+  std::multiset<uint64_t> sizes;
+  for (const decode::AllocEvent& a : t.allocs) sizes.insert(a.size);
+  EXPECT_EQ(sizes, (std::multiset<uint64_t>{1111, 2222, 3333}));
+
+  // The same pool in a C++ program: its own, sampled, with a stack into libstdc++.
+  const std::string cpp_dir = dir_ + "/cpp";
+  r = run({program("known_sites"), "counted", "1"}, {"D9_OUTPUT=" + cpp_dir, "D9_SAMPLE_RATE=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> segs = find_segments(cpp_dir);
+  ASSERT_EQ(segs.size(), 1u);
+  decode::Trace cpp = decode::LoadTrace(segs[0]);
+  std::map<uint64_t, std::string_view> file_of;
+  for (const decode::SymbolTableEntry& e : cpp.symbols) {
+    if (e.inline_depth == 0) file_of[e.addr] = e.file;
+  }
+  int from_libstdcxx = 0;
+  for (const decode::AllocEvent& a : cpp.allocs) {
+    auto stack = cpp.stack(a.stack);
+    if (!stack.empty() && file_of[stack[0]].find("libstdc++.so") != std::string_view::npos) {
+      ++from_libstdcxx;
+    }
+  }
+  EXPECT_GE(from_libstdcxx, 1);
+}
+
 TEST_F(E2EAlloc, DisabledWritesNothing) {
   RunResult r =
       run({program("known_sites"), "counted", "10"}, {"D9_OUTPUT=" + dir_, "D9_ENABLE=0"});
