@@ -215,10 +215,13 @@ TEST(Symbolizer, PreparedBatchesResolveAsTheIndexDoes) {
       EXPECT_EQ(got[0].function, want[0].function) << Hex(addr);
       EXPECT_EQ(got[0].function.find("[unknown]"), std::string::npos) << Hex(addr);
     }
-    // One pass over each table for the first two batches; the third builds the index.
-    EXPECT_EQ(batched.symbol_indexes(), offset == 3 ? 1u : 0u) << offset;
+    // One pass over each table for the first two batches; the third builds the indexes:
+    // libc's (and, under ASan, that of libasan, whose interceptors these functions are),
+    // not the stripped library's, which had one batch only.
+    EXPECT_EQ(batched.symbol_indexes(), offset == 3 ? indexed.symbol_indexes() - 1 : 0u)
+        << offset;
   }
-  EXPECT_EQ(indexed.symbol_indexes(), 2u);  // libc and the stripped library
+  EXPECT_GE(indexed.symbol_indexes(), 2u);  // libc and the stripped library
 }
 
 TEST(Symbolizer, Placeholders) {
