@@ -218,8 +218,7 @@ TEST(Symbolizer, PreparedBatchesResolveAsTheIndexDoes) {
     // One pass over each table for the first two batches; the third builds the indexes:
     // libc's (and, under ASan, that of libasan, whose interceptors these functions are),
     // not the stripped library's, which had one batch only.
-    EXPECT_EQ(batched.symbol_indexes(), offset == 3 ? indexed.symbol_indexes() - 1 : 0u)
-        << offset;
+    EXPECT_EQ(batched.symbol_indexes(), offset == 3 ? indexed.symbol_indexes() - 1 : 0u) << offset;
   }
   EXPECT_GE(indexed.symbol_indexes(), 2u);  // libc and the stripped library
 }
