@@ -47,7 +47,7 @@ class Tools final : public SealTools {
 
   bool compress(const Read& read, uint64_t size, const Write& write, SealCompression how,
                 std::string* error) override {
-    in_.resize(kChunk);
+    if (!in_) in_ = std::make_unique_for_overwrite<uint8_t[]>(kChunk);
     return how == SealCompression::kZstd ? zstd(read, size, write, error)
                                          : gzip(read, write, error);
   }
@@ -66,27 +66,42 @@ class Tools final : public SealTools {
     ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters);
     ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, kZstdLevel);
     ZSTD_CCtx_setPledgedSrcSize(c, size);  // in the frame header; small inputs, small tables
-    out_bytes_.resize(ZSTD_CStreamOutSize());
+    uint8_t* out = out_buffer(ZSTD_CStreamOutSize());
+    uint64_t read_so_far = 0;
     for (;;) {
-      ssize_t n = read(in_.data(), in_.size());
+      ssize_t n = read(in_.get(), kChunk);
       if (n < 0) {
         *error = std::string("read failed: ") + strerror(errno);
         return false;
       }
-      ZSTD_inBuffer ib{in_.data(), static_cast<size_t>(n), 0};
-      const ZSTD_EndDirective mode = n == 0 ? ZSTD_e_end : ZSTD_e_continue;
+      read_so_far += static_cast<uint64_t>(n);
+      ZSTD_inBuffer ib{in_.get(), static_cast<size_t>(n), 0};
+      // Ended as soon as the last byte is in: a segment that fits one chunk is compressed
+      // in one pass, straight into `out`, without zstd's stream buffers.
+      const bool last = n == 0 || read_so_far >= size;
+      const ZSTD_EndDirective mode = last ? ZSTD_e_end : ZSTD_e_continue;
       for (;;) {
-        ZSTD_outBuffer ob{out_bytes_.data(), out_bytes_.size(), 0};
+        ZSTD_outBuffer ob{out, ZSTD_CStreamOutSize(), 0};
         size_t left = ZSTD_compressStream2(c, &ob, &ib, mode);
         if (ZSTD_isError(left)) {
           *error = ZSTD_getErrorName(left);
           return false;
         }
-        if (ob.pos > 0 && !write({out_bytes_.data(), ob.pos})) return false;
-        if (mode == ZSTD_e_end ? left == 0 : ib.pos == ib.size) break;
+        if (ob.pos > 0 && !write({out, ob.pos})) return false;
+        if (last ? left == 0 : ib.pos == ib.size) break;
       }
-      if (n == 0) return true;
+      if (last) return true;
     }
+  }
+
+  // The output buffer, at least `size` bytes, kept between seals. Not zeroed: a short
+  // process's seal touches only the pages it writes.
+  uint8_t* out_buffer(size_t size) {
+    if (packed_size_ < size) {
+      packed_ = std::make_unique_for_overwrite<uint8_t[]>(size);
+      packed_size_ = size;
+    }
+    return packed_.get();
   }
 
   // One gzip member (dial9's readers, and older Node zlib, want exactly one), fast level.
@@ -97,27 +112,27 @@ class Tools final : public SealTools {
       return false;
     }
     std::unique_ptr<z_stream, int (*)(z_stream*)> end(&z, deflateEnd);
-    out_bytes_.resize(kChunk);
+    uint8_t* out = out_buffer(kChunk);
     for (;;) {
-      ssize_t n = read(in_.data(), in_.size());
+      ssize_t n = read(in_.get(), kChunk);
       if (n < 0) {
         *error = std::string("read failed: ") + strerror(errno);
         return false;
       }
       const int flush = n == 0 ? Z_FINISH : Z_NO_FLUSH;
-      z.next_in = in_.data();
+      z.next_in = in_.get();
       z.avail_in = static_cast<uInt>(n);
       int rc;
       do {
-        z.next_out = out_bytes_.data();
-        z.avail_out = static_cast<uInt>(out_bytes_.size());
+        z.next_out = out;
+        z.avail_out = static_cast<uInt>(kChunk);
         rc = deflate(&z, flush);
         if (rc == Z_STREAM_ERROR) {
           *error = "deflate failed";
           return false;
         }
-        size_t produced = out_bytes_.size() - z.avail_out;
-        if (produced > 0 && !write({out_bytes_.data(), produced})) return false;
+        size_t produced = kChunk - z.avail_out;
+        if (produced > 0 && !write({out, produced})) return false;
       } while (z.avail_out == 0);
       if (n == 0) {
         if (rc != Z_STREAM_END) {
@@ -132,7 +147,9 @@ class Tools final : public SealTools {
   symbolize::Symbolizer symbolizer_;
   std::vector<SymbolFrame> out_;
   std::unique_ptr<ZSTD_CCtx, size_t (*)(ZSTD_CCtx*)> cctx_{nullptr, ZSTD_freeCCtx};
-  std::vector<uint8_t> in_, out_bytes_;  // compression buffers, kept between seals
+  std::unique_ptr<uint8_t[]> in_;  // kChunk bytes, kept between seals, never zeroed
+  std::unique_ptr<uint8_t[]> packed_;
+  size_t packed_size_ = 0;
 };
 
 }  // namespace
