@@ -365,7 +365,7 @@ void* warm_up_main(void* arg) {
     if (g_stop.load(std::memory_order_acquire)) break;
     pthread_mutex_lock(&g_tools_mu);
     SealTools* tools = seal_tools(*job->writer);
-    if (tools && i == 0) tools->refresh_modules();
+    if (tools && i == 0) tools->refresh_modules(true);  // files read once, for every child
     size_t end = std::min(i + kChunk, job->addresses.size());
     for (size_t k = i; tools && k < end; ++k) tools->resolve(job->addresses[k]);
     pthread_mutex_unlock(&g_tools_mu);
@@ -602,7 +602,7 @@ void* writer_main(void*) {
     warm_up_for_children(*w);
     serve(g_modules_request, [&] {
       pthread_mutex_lock(&g_tools_mu);
-      if (SealTools* tools = seal_tools(*w)) tools->refresh_modules();
+      if (SealTools* tools = seal_tools(*w)) tools->refresh_modules(true);  // before dlclose
       pthread_mutex_unlock(&g_tools_mu);
     });
     serve(g_seal_request, [&] { seal(*w); });  // before exec: next events, next segment

@@ -43,7 +43,7 @@ class Tools final : public SealTools {
     return out;
   }
 
-  void refresh_modules() override { symbolizer_.refresh_modules(); }
+  void refresh_modules(bool open_all) override { symbolizer_.refresh_modules(open_all); }
 
   bool compress(const Read& read, uint64_t size, const Write& write, SealCompression how,
                 std::string* error) override {

@@ -616,7 +616,7 @@ bool Symbolizer::loader_changed() const {
   return st.adds != loader_adds_ || st.subs != loader_subs_;
 }
 
-void Symbolizer::refresh_modules() {
+void Symbolizer::refresh_modules(bool open_all) {
   if (offline_) return;
   std::vector<Seen> seen;
   IterateState st{&seen, getauxval(AT_SYSINFO_EHDR)};
@@ -711,6 +711,9 @@ void Symbolizer::refresh_modules() {
     }
   }
   if (dwfl_ != nullptr) dwfl_report_end(dwfl_, nullptr, nullptr);
+  if (open_all) {
+    for (auto& rec : recs_) open(rec.get());
+  }
 }
 
 void Symbolizer::report(ModuleRec* rec) {

@@ -151,7 +151,10 @@ class Symbolizer {
   // captured before the unload but resolved after this call resolve in the new object.
   // Call refresh_modules() and resolve() at least once per segment (at seal) to keep that
   // window small.
-  void refresh_modules();
+  //
+  // `open_all` reads every module's file now: before a dlclose (the object, and perhaps
+  // its file, is about to go), or before forks (children inherit what is read).
+  void refresh_modules(bool open_all = false);
 
   // Every module reported so far, in discovery order (unloaded ones included).
   std::vector<Module> modules() const;

@@ -45,8 +45,10 @@ class SealTools {
   virtual void prepare(std::span<const uint64_t> addrs) = 0;
   // Every module seen so far, including unloaded ones.
   virtual std::vector<ModuleInfo> modules() = 0;
-  // Takes note of the modules mapped now, so they stay resolvable after a dlclose.
-  virtual void refresh_modules() = 0;
+  // Takes note of the modules mapped now, so they stay resolvable after a dlclose. Their
+  // files are read at the first lookup in them, or now with `open_all`
+  // (symbolize::Symbolizer::refresh_modules).
+  virtual void refresh_modules(bool open_all) = 0;
   // Reads `size` bytes from `read` (bytes read into buf, 0 at the end, -1 on error) and
   // passes them to `write` as one zstd frame or one gzip member, a chunk at a time: memory
   // stays at a few hundred KiB whatever the segment's size. False (with *error, empty when

@@ -188,7 +188,7 @@ void Segment::write_symbols(SealTools& tools, bool symbolize) {
   sym.begin_stream();
   // Modules mapped now, too: a library loaded since the last refresh (a dlclose, or a
   // lookup outside every known module) may hold this segment's addresses.
-  tools.refresh_modules();
+  tools.refresh_modules(false);
   for (const ModuleInfo& m : tools.modules()) {
     sym.module_entry(m.path, m.build_id, m.start, m.end, m.bias, m.loaded);
   }

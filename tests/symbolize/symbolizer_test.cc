@@ -421,7 +421,8 @@ TEST(Symbolizer, StrippedLibrary) {
 // Loads copies of two symtest libraries, refreshes `s` `refreshes` times, unloads them,
 // then replaces the second file with another build (another build-id). Returns their probes.
 std::pair<SymtestDsoProbes, SymtestDsoProbes> LoadThenReplace(Symbolizer& s, const std::string& dir,
-                                                              int refreshes) {
+                                                              int refreshes,
+                                                              bool open_all = false) {
   auto copy = [](const std::string& from, const std::string& to) {
     EXPECT_EQ(std::system(("cp " + from + " " + to).c_str()), 0);
   };
@@ -431,7 +432,7 @@ std::pair<SymtestDsoProbes, SymtestDsoProbes> LoadThenReplace(Symbolizer& s, con
   Library a(kept), b(replaced);
   EXPECT_NE(a.handle, nullptr) << dlerror();
   EXPECT_NE(b.handle, nullptr) << dlerror();
-  for (int i = 0; i < refreshes; ++i) s.refresh_modules();
+  for (int i = 0; i < refreshes; ++i) s.refresh_modules(open_all);
   EXPECT_TRUE(a.close());
   EXPECT_TRUE(b.close());
   EXPECT_EQ(unlink(replaced.c_str()), 0);
@@ -462,6 +463,17 @@ TEST(Symbolizer, OpensModulesAtALaterRefresh) {
   Symbolizer s(Options{.open_after_ms = 0});
   auto [kept, replaced] = LoadThenReplace(s, dir, 2);  // noted, then read
   EXPECT_EQ(s.resolve(kept.direct.addr)[0].function, "symtest_dso::dso_direct(SymtestProbe*)");
+  EXPECT_EQ(s.resolve(replaced.direct.addr)[0].function,
+            "symtest_split::dso_direct(SymtestProbe*)");
+  std::system(("rm -rf " + std::string(dir)).c_str());
+}
+
+// ...or at once when asked (before a dlclose, before forks).
+TEST(Symbolizer, OpensEveryModuleWhenAsked) {
+  char dir[] = "/tmp/d9-symtest-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  Symbolizer s;
+  auto [kept, replaced] = LoadThenReplace(s, dir, 1, true);
   EXPECT_EQ(s.resolve(replaced.direct.addr)[0].function,
             "symtest_split::dso_direct(SymtestProbe*)");
   std::system(("rm -rf " + std::string(dir)).c_str());
