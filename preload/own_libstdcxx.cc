@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -58,14 +59,14 @@ bool from_libstdcxx_loaded_only_for_d9() {
   }
   const char* slash = strrchr(info.dli_fname, '/');
   if (!names_libstdcxx(slash != nullptr ? slash + 1 : info.dli_fname)) return false;
-  // Start-up is single-threaded: no lock needed for the answer, worked out once.
-  static int needed_by_program = -1;
-  if (needed_by_program < 0) {
+  // Worked out once (a constructor that starts threads may race here: same answer).
+  static std::atomic<int> needed_by_program{-1};
+  if (needed_by_program.load(std::memory_order_relaxed) < 0) {
     int found = 0;
     dl_iterate_phdr(needs_libstdcxx, &found);
-    needed_by_program = found;
+    needed_by_program.store(found, std::memory_order_relaxed);
   }
-  return needed_by_program == 0;
+  return needed_by_program.load(std::memory_order_relaxed) == 0;
 }
 
 }  // namespace d9::runtime
