@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "alloc/cpu_profiler.h"
+#include "alloc/profiler.h"
 #include "alloc/unwind.h"
 
 // Linker-provided bounds of libd9's own image, used to drop d9's frames from stacks.
@@ -21,6 +22,9 @@ using BacktraceFn = int (*)(void**, int);
 std::atomic<BacktraceFn> g_backtrace{nullptr};
 std::atomic<bool> g_loader_suspect{false};
 std::atomic<bool> g_waited_for_loader{false};  // this fork child's one wait is used up
+std::atomic<bool> g_writer_loads{false};       // writer_loads_unwinder() was called
+std::atomic<bool> g_unwinder_wanted{false};    // a capture has asked the writer for it
+std::atomic<bool> g_unwinder_loading{false};   // load_unwinder() has begun
 
 // Frames of the sampling path itself that sit above the caller: wrapper, sampled path,
 // capture. A little slack keeps the requested depth after they are dropped.
@@ -34,6 +38,7 @@ bool in_own_image(uint64_t pc) {
 
 bool load_unwinder() {
   if (g_backtrace.load(std::memory_order_acquire)) return true;
+  g_unwinder_loading.store(true, std::memory_order_release);
   void* lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
   if (!lib) return false;
   auto fn = reinterpret_cast<BacktraceFn>(dlsym(lib, "unw_backtrace"));
@@ -47,6 +52,14 @@ bool load_unwinder() {
   if (set_policy && space) set_policy(*space, kCachePerThread);
   g_backtrace.store(fn, std::memory_order_release);
   return true;
+}
+
+void writer_loads_unwinder() {
+  g_writer_loads.store(true, std::memory_order_release);
+}
+
+bool unwinder_wanted() {
+  return g_unwinder_wanted.load(std::memory_order_acquire);
 }
 
 void set_loader_suspect(bool suspect) {
@@ -93,6 +106,25 @@ __attribute__((noinline)) int walk_with_libgcc(void** pcs, int max) {
   return walk.depth;
 }
 
+// The first capture without libunwind, once the writer can load it, asks for it and waits
+// (at most 20 ms) until the writer has begun: only a writer starved of CPU (by this very
+// thread, say, or under valgrind, which runs one thread at a time) would otherwise leave
+// every later sample on libgcc's slower walk. Not for the load itself: the asking thread
+// may hold a lock the loader needs (this allocation made inside dlopen). Loads first:
+// every capture without libunwind comes here, only one may pay for the exchange.
+void ask_writer_for_unwinder() {
+  if (!g_writer_loads.load(std::memory_order_acquire) ||
+      g_unwinder_wanted.load(std::memory_order_relaxed) ||
+      g_unwinder_wanted.exchange(true, std::memory_order_acq_rel)) {
+    return;
+  }
+  alloc::nudge_writer();
+  timespec pause{0, 50 * 1000};
+  for (int i = 0; i < 400 && !g_unwinder_loading.load(std::memory_order_acquire); ++i) {
+    nanosleep(&pause, nullptr);
+  }
+}
+
 }  // namespace
 
 // A fork child without unwind tables: waits (once, at most 20 ms) for the writer to show
@@ -115,7 +147,9 @@ int capture(uint64_t* out, int max_depth) {
   void* pcs[kMaxDepth + kOwnFramesSlack];
   const int max = max_depth + kOwnFramesSlack;
   int n;
-  if (BacktraceFn backtrace = g_backtrace.load(std::memory_order_acquire)) {
+  BacktraceFn backtrace = g_backtrace.load(std::memory_order_acquire);
+  if (!backtrace) ask_writer_for_unwinder();
+  if (backtrace) {
     bool suspect = g_loader_suspect.load(std::memory_order_acquire);
     if (suspect && loader_cleared_after_wait()) suspect = false;
     n = suspect ? walk_without_loader(pcs, max) : backtrace(pcs, max);

@@ -13,11 +13,20 @@ namespace d9::stack {
 
 inline constexpr int kMaxDepth = 256;
 
-// Loads libunwind, from the library constructor. Until then (samples taken in the
-// constructors of libraries the loader initialises before d9's own), or for good if
-// libunwind.so.8 is missing, capture() walks with libgcc's unwinder instead: about 20
-// times slower, but lock-free and loaded with d9.
+// Loads libunwind (a loader call). d9's writer thread does it when the first sample asks,
+// so a process that never samples never pays for it (0.2-0.3 ms at every start). Until
+// then (samples taken in the constructors of libraries the loader initialises before
+// d9's own, and while the writer loads it), or for good if libunwind.so.8 is missing,
+// capture() walks with libgcc's unwinder instead: about 20 times slower, but lock-free
+// and loaded with d9.
 bool load_unwinder();
+// The writer thread exists and loads libunwind when asked: from then on, the first
+// capture without it asks, and waits until the writer has begun loading it (at most
+// 20 ms, once per process), so that a writer starved of CPU cannot leave every later
+// sample on libgcc's walk.
+void writer_loads_unwinder();
+// For the writer: true once a capture has asked for libunwind.
+bool unwinder_wanted();
 
 // Captures up to `max_depth` return addresses of the calling thread, leaf first, with
 // d9's own frames removed, so out[0] is the code that called malloc/new.

@@ -154,6 +154,7 @@ struct Writer {
   SealTools* tools = nullptr;  // loaded at the first seal that needs it
   bool tools_tried = false;
   bool warm_up_started = false;    // see warm_up_for_children()
+  bool unwinder_tried = false;     // see load_unwinder_if_wanted()
   uint64_t segments_dropped = 0;   // lost to write errors (full disk, ...)
   uint64_t retry_after_ns = 0;     // back-off after a failed open or write
   uint64_t last_error_log_ns = 0;  // write errors are reported at most once a minute
@@ -314,6 +315,16 @@ void tools_fork_child() {
   pthread_mutex_init(&g_loader_mu, nullptr);
   pthread_mutex_init(&g_tools_mu, nullptr);
   if (!g_tools_held_for_fork) g_tools_for_child = nullptr;
+}
+
+// libunwind is loaded here, by the writer, once a sample has asked for it (stack.h): not
+// at start-up, where every process would wait for it, sampled or not.
+void load_unwinder_if_wanted(Writer& w) {
+  if (w.unwinder_tried || !stack::unwinder_wanted()) return;
+  w.unwinder_tried = true;
+  pthread_mutex_lock(&g_loader_mu);
+  stack::load_unwinder();
+  pthread_mutex_unlock(&g_loader_mu);
 }
 
 // Called with g_tools_mu held.
@@ -581,7 +592,8 @@ void* writer_main(void*) {
   g_writer = w;
   w->dir = std::string(g_options.output) + "/" + g_boot_id;
   w->metadata = build_metadata();
-  cpu::poll(&g_stop);  // a fork child's allocation stacks wait for its proof of the loader
+  cpu::poll(&g_stop);           // a fork child's allocation stacks wait for its proof of the loader
+  load_unwinder_if_wanted(*w);  // asked for before the writer got here
 
   long wait_ns = kDrainIntervalNs;
   for (;;) {
@@ -594,6 +606,7 @@ void* writer_main(void*) {
     }
     if (!requests_pending()) alloc::wait_for_work(seen, wait_ns);
     if (g_stop.load(std::memory_order_acquire)) break;
+    load_unwinder_if_wanted(*w);  // first: a sampling thread waits for it
     cpu::poll(&g_stop);
     // Idle, the writer polls less and less often, down to every 100 ms: producers nudge it
     // as their rings fill, and exit, exec and dlclose as they ask, so only the periodic
@@ -622,7 +635,13 @@ void* writer_main(void*) {
 void start_writer() {
   init_sync();
   g_writer_started = start_d9_thread(writer_main, nullptr);
-  if (!g_writer_started) turn_off("cannot start the writer thread");
+  if (!g_writer_started) {
+    turn_off("cannot start the writer thread");
+    return;
+  }
+  // Announced here, not by the writer: a thread that samples without pause (or valgrind's
+  // scheduler) may keep a new writer from running until the first sample waits for it.
+  stack::writer_loads_unwinder();
 }
 
 // Stops the writer, which seals the last segment, and waits up to `wait_secs` for it.
@@ -675,7 +694,6 @@ __attribute__((constructor)) void d9_start() {
   g_constructed.store(true, std::memory_order_relaxed);
   ReentryGuard guard;
   if (start_process() != kOn) return;
-  stack::load_unwinder();
   cpu::start(g_options.cpu_hz, static_cast<uint32_t>(g_options.ring_slots),
              alloc::settings().stack_depth);
   pthread_atfork(tools_fork_prepare, tools_fork_parent, [] {

@@ -268,6 +268,27 @@ TEST_F(E2EAlloc, LibstdcxxLoadedOnlyForD9IsNotTheProgramsAllocation) {
   EXPECT_GE(from_libstdcxx, 1);
 }
 
+// libunwind is loaded by the writer once a sample asks for it: a process that never
+// samples never maps it, one that samples has it soon after its first sample.
+TEST_F(E2EAlloc, LibunwindIsLoadedOnlyOnceASampleNeedsIt) {
+  RunResult r = run({program("c_allocs"), "unwinder"},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1G", "D9_CPU_HZ=0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "libunwind not mapped\n");
+  EXPECT_TRUE(list_dirs(dir_).empty());
+
+  r = run({program("c_allocs"), "unwinder", "wait"}, {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "libunwind mapped\n");
+  decode::Trace t = load_single_segment();
+  std::multiset<uint64_t> sizes;
+  for (const decode::AllocEvent& a : t.allocs) {
+    sizes.insert(a.size);
+    EXPECT_FALSE(t.stack(a.stack).empty()) << a.size;  // before and after the load
+  }
+  for (uint64_t size : {1111, 2222, 3333}) EXPECT_EQ(sizes.count(size), 1u) << size;
+}
+
 TEST_F(E2EAlloc, DisabledWritesNothing) {
   RunResult r =
       run({program("known_sites"), "counted", "10"}, {"D9_OUTPUT=" + dir_, "D9_ENABLE=0"});
