@@ -606,7 +606,7 @@ void* writer_main(void*) {
     }
     if (!requests_pending()) alloc::wait_for_work(seen, wait_ns);
     if (g_stop.load(std::memory_order_acquire)) break;
-    load_unwinder_if_wanted(*w);  // first: a sampling thread waits for it
+    load_unwinder_if_wanted(*w);  // first: a sampling thread waits for it to begin
     cpu::poll(&g_stop);
     // Idle, the writer polls less and less often, down to every 100 ms: producers nudge it
     // as their rings fill, and exit, exec and dlclose as they ask, so only the periodic
