@@ -1,14 +1,18 @@
 #include "alloc/stack.h"
 
 #include <dlfcn.h>
+#include <link.h>
+#include <sys/auxv.h>
 #include <time.h>
 #include <unwind.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
 #include "alloc/cpu_profiler.h"
 #include "alloc/profiler.h"
+#include "alloc/thread_state.h"
 #include "alloc/unwind.h"
 
 // Linker-provided bounds of libd9's own image, used to drop d9's frames from stacks.
@@ -24,7 +28,6 @@ std::atomic<bool> g_loader_suspect{false};
 std::atomic<bool> g_waited_for_loader{false};  // this fork child's one wait is used up
 std::atomic<bool> g_writer_loads{false};       // writer_loads_unwinder() was called
 std::atomic<bool> g_unwinder_wanted{false};    // a capture has asked the writer for it
-std::atomic<bool> g_unwinder_loading{false};   // load_unwinder() has begun
 
 // Frames of the sampling path itself that sit above the caller: wrapper, sampled path,
 // capture. A little slack keeps the requested depth after they are dropped.
@@ -38,7 +41,6 @@ bool in_own_image(uint64_t pc) {
 
 bool load_unwinder() {
   if (g_backtrace.load(std::memory_order_acquire)) return true;
-  g_unwinder_loading.store(true, std::memory_order_release);
   void* lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
   if (!lib) return false;
   auto fn = reinterpret_cast<BacktraceFn>(dlsym(lib, "unw_backtrace"));
@@ -106,21 +108,52 @@ __attribute__((noinline)) int walk_with_libgcc(void** pcs, int max) {
   return walk.depth;
 }
 
-// The first capture without libunwind, once the writer can load it, asks for it and waits
-// (at most 20 ms) until the writer has begun: only a writer starved of CPU (by this very
-// thread, say, or under valgrind, which runs one thread at a time) would otherwise leave
-// every later sample on libgcc's slower walk. Not for the load itself: the asking thread
-// may hold a lock the loader needs (this allocation made inside dlopen). Loads first:
-// every capture without libunwind comes here, only one may pay for the exchange.
-void ask_writer_for_unwinder() {
-  if (!g_writer_loads.load(std::memory_order_acquire) ||
-      g_unwinder_wanted.load(std::memory_order_relaxed) ||
-      g_unwinder_wanted.exchange(true, std::memory_order_acq_rel)) {
+// The dynamic loader's own image, from the auxiliary vector: no lock, no allocation.
+struct Range {
+  uintptr_t lo = 0, hi = 0;
+};
+Range loader_image() {
+  Range r;
+  r.lo = getauxval(AT_BASE);
+  if (r.lo == 0) return r;
+  const auto* ehdr = reinterpret_cast<const ElfW(Ehdr)*>(r.lo);
+  const auto* phdr = reinterpret_cast<const ElfW(Phdr)*>(r.lo + ehdr->e_phoff);
+  for (int i = 0; i < ehdr->e_phnum; ++i) {
+    if (phdr[i].p_type == PT_LOAD) r.hi = std::max(r.hi, r.lo + phdr[i].p_vaddr + phdr[i].p_memsz);
+  }
+  return r;
+}
+
+// True if the loader is on this stack: the thread may hold the loader's lock (an
+// allocation inside dlopen, or in a constructor it runs), which the writer's dlopen needs.
+bool inside_loader(void* const* pcs, int n) {
+  static const Range ld = loader_image();
+  for (int i = 0; i < n; ++i) {
+    auto pc = reinterpret_cast<uintptr_t>(pcs[i]);
+    if (pc >= ld.lo && pc < ld.hi) return true;
+  }
+  return false;
+}
+
+// A capture without libunwind, once the writer can load it: the first asks for it, and
+// each thread waits for it once (at most 20 ms), so the samples that follow are walked
+// with it, however long the writer takes to be scheduled (one starved by this very
+// thread, or under valgrind, which runs one thread at a time). Not while the loader is on
+// the stack: the writer's dlopen would wait for this thread. Loads first: every capture
+// without libunwind comes here, only the first may pay for the exchange.
+void wait_for_unwinder(void* const* pcs, int n) {
+  ThreadState& t = tls_state;
+  if (t.waited_for_unwinder || !g_writer_loads.load(std::memory_order_acquire) ||
+      inside_loader(pcs, n)) {
     return;
   }
-  alloc::nudge_writer();
+  t.waited_for_unwinder = 1;
+  if (!g_unwinder_wanted.load(std::memory_order_relaxed) &&
+      !g_unwinder_wanted.exchange(true, std::memory_order_acq_rel)) {
+    alloc::nudge_writer();
+  }
   timespec pause{0, 50 * 1000};
-  for (int i = 0; i < 400 && !g_unwinder_loading.load(std::memory_order_acquire); ++i) {
+  for (int i = 0; i < 400 && !g_backtrace.load(std::memory_order_acquire); ++i) {
     nanosleep(&pause, nullptr);
   }
 }
@@ -147,14 +180,13 @@ int capture(uint64_t* out, int max_depth) {
   void* pcs[kMaxDepth + kOwnFramesSlack];
   const int max = max_depth + kOwnFramesSlack;
   int n;
-  BacktraceFn backtrace = g_backtrace.load(std::memory_order_acquire);
-  if (!backtrace) ask_writer_for_unwinder();
-  if (backtrace) {
+  if (BacktraceFn backtrace = g_backtrace.load(std::memory_order_acquire)) {
     bool suspect = g_loader_suspect.load(std::memory_order_acquire);
     if (suspect && loader_cleared_after_wait()) suspect = false;
     n = suspect ? walk_without_loader(pcs, max) : backtrace(pcs, max);
   } else {
     n = walk_with_libgcc(pcs, max);
+    wait_for_unwinder(pcs, n);
   }
   int first = 0;
   while (first < n && in_own_image(reinterpret_cast<uint64_t>(pcs[first]))) ++first;

@@ -21,9 +21,9 @@ inline constexpr int kMaxDepth = 256;
 // and loaded with d9.
 bool load_unwinder();
 // The writer thread exists and loads libunwind when asked: from then on, the first
-// capture without it asks, and waits until the writer has begun loading it (at most
-// 20 ms, once per process), so that a writer starved of CPU cannot leave every later
-// sample on libgcc's walk.
+// capture without it asks, and each thread waits for it once (at most 20 ms; not while
+// the loader is on its stack), so that a writer starved of CPU cannot leave later samples
+// on libgcc's walk.
 void writer_loads_unwinder();
 // For the writer: true once a capture has asked for libunwind.
 bool unwinder_wanted();
