@@ -24,7 +24,7 @@ struct ThreadState {
   int32_t sampled_flags;  // mallocx flags of this thread's sampled allocations; 0 = not set up
   uint8_t exited;         // thread-exit cleanup ran: no new per-thread resources
   uint8_t waited_for_unwinder;  // alloc/stack.h: this thread's one wait for libunwind
-  uint16_t sampled_ops;  // sampled allocations and frees since the tcache was last flushed
+  uint16_t sampled_ops;         // sampled allocations and frees since the tcache was last flushed
 };
 static_assert(sizeof(ThreadState) == 32,
               "ThreadState is on every allocation's path: keep it small");
