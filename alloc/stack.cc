@@ -28,6 +28,7 @@ std::atomic<bool> g_loader_suspect{false};
 std::atomic<bool> g_waited_for_loader{false};  // this fork child's one wait is used up
 std::atomic<bool> g_writer_loads{false};       // writer_loads_unwinder() was called
 std::atomic<bool> g_unwinder_wanted{false};    // a capture has asked the writer for it
+std::atomic<bool> g_unwinder_tried{false};     // load_unwinder() has finished, loaded or not
 
 // Frames of the sampling path itself that sit above the caller: wrapper, sampled path,
 // capture. A little slack keeps the requested depth after they are dropped.
@@ -37,14 +38,11 @@ bool in_own_image(uint64_t pc) {
   return pc >= reinterpret_cast<uint64_t>(&__ehdr_start) && pc < reinterpret_cast<uint64_t>(&_end);
 }
 
-}  // namespace
-
-bool load_unwinder() {
-  if (g_backtrace.load(std::memory_order_acquire)) return true;
+BacktraceFn open_unwinder() {
   void* lib = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return false;
+  if (!lib) return nullptr;
   auto fn = reinterpret_cast<BacktraceFn>(dlsym(lib, "unw_backtrace"));
-  if (!fn) return false;
+  if (!fn) return nullptr;
   // Per-thread caches of unwind information: no lock shared between sampling threads, and
   // repeated stacks skip the DWARF lookups.
   using SetPolicyFn = int (*)(void*, int);
@@ -52,8 +50,17 @@ bool load_unwinder() {
   auto* space = static_cast<void**>(dlsym(lib, "_ULx86_64_local_addr_space"));
   constexpr int kCachePerThread = 2;  // UNW_CACHE_PER_THREAD
   if (set_policy && space) set_policy(*space, kCachePerThread);
-  g_backtrace.store(fn, std::memory_order_release);
-  return true;
+  return fn;
+}
+
+}  // namespace
+
+bool load_unwinder() {
+  if (g_backtrace.load(std::memory_order_acquire)) return true;
+  BacktraceFn fn = open_unwinder();
+  if (fn) g_backtrace.store(fn, std::memory_order_release);
+  g_unwinder_tried.store(true, std::memory_order_release);  // waiting threads go on
+  return fn != nullptr;
 }
 
 void writer_loads_unwinder() {
@@ -136,24 +143,22 @@ bool inside_loader(void* const* pcs, int n) {
 }
 
 // A capture without libunwind, once the writer can load it: the first asks for it, and
-// each thread waits for it once (at most 20 ms), so the samples that follow are walked
-// with it, however long the writer takes to be scheduled (one starved by this very
+// each thread waits for the load once (at most 20 ms), so the samples that follow are
+// walked with it, however long the writer takes to be scheduled (one starved by this very
 // thread, or under valgrind, which runs one thread at a time). Not while the loader is on
 // the stack: the writer's dlopen would wait for this thread. Loads first: every capture
 // without libunwind comes here, only the first may pay for the exchange.
 void wait_for_unwinder(void* const* pcs, int n) {
-  ThreadState& t = tls_state;
-  if (t.waited_for_unwinder || !g_writer_loads.load(std::memory_order_acquire) ||
-      inside_loader(pcs, n)) {
-    return;
-  }
-  t.waited_for_unwinder = 1;
+  if (!g_writer_loads.load(std::memory_order_acquire)) return;
   if (!g_unwinder_wanted.load(std::memory_order_relaxed) &&
       !g_unwinder_wanted.exchange(true, std::memory_order_acq_rel)) {
     alloc::nudge_writer();
   }
+  ThreadState& t = tls_state;
+  if (t.waited_for_unwinder || inside_loader(pcs, n)) return;
+  t.waited_for_unwinder = 1;
   timespec pause{0, 50 * 1000};
-  for (int i = 0; i < 400 && !g_backtrace.load(std::memory_order_acquire); ++i) {
+  for (int i = 0; i < 400 && !g_unwinder_tried.load(std::memory_order_acquire); ++i) {
     nanosleep(&pause, nullptr);
   }
 }
