@@ -1,5 +1,6 @@
 #include "cli/profile.h"
 
+#include <cxxabi.h>
 #include <time.h>
 
 #include <algorithm>
@@ -943,10 +944,17 @@ size_t skip_balanced(std::string_view s, size_t i) {
 std::string simplify_name(std::string_view s) {
   static constexpr std::string_view kAnon = "(anonymous namespace)";
   // jemalloc inside libd9.so (CPU profiles): its entry points carry d9's prefix
-  // ("d9_je_malloc") and its internals a second "je_" ("je_je_sdallocx_noflags"). Shown as
-  // jemalloc itself names them.
+  // ("d9_je_malloc", and its C++ operators still mangled: "d9_je__Znwm") and its internals
+  // a second "je_" ("je_je_sdallocx_noflags"). Shown as jemalloc itself names them.
+  std::string demangled;
   if (s.starts_with("d9_je_")) {
     s.remove_prefix(6);
+    int status = 0;
+    char* d = s.starts_with("_Z")
+                  ? abi::__cxa_demangle(std::string(s).c_str(), nullptr, nullptr, &status)
+                  : nullptr;
+    if (d != nullptr && status == 0) s = demangled = d;
+    free(d);
   } else if (s.starts_with("je_je_")) {
     s.remove_prefix(3);
   }

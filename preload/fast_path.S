@@ -1,6 +1,6 @@
 // The hottest entry points, malloc, operator new and the unsized and sized frees, written
 // out so each is the shortest sequence that does its job: a check, then a conditional tail
-// jump straight into jemalloc (a call, for new). No frame, no saved register (but new's
+// jump straight into jemalloc (a call, for nothrow new). No frame, no saved register (but its
 // size); everything else happens out of line in C++
 // (preload/hooks.cc). Compilers emit two to three times as many instructions for the same
 // logic (a TLS load, subtract, store and test; the range check as subtract and compare).
@@ -18,8 +18,9 @@
 
         .text
 
-// operator new: the same charge as malloc, then a call (not a jump) into jemalloc, since
-// an empty result must still reach the new-handler loop with the size. The size is kept on
+// nothrow operator new: the same charge as malloc, then a call (not a jump) into jemalloc,
+// since an empty result must still reach the new-handler loop with the size (jemalloc's own
+// nothrow new would reach d9_new_slow, which throws). The size is kept on
 // the stack, which also aligns it for the call. `sampled` and `failed` take over with the
 // size in rdi and this frame already gone, so exceptions never pass through it.
 .macro new_body sampled, failed
@@ -58,7 +59,9 @@ malloc:
         .cfi_endproc
         .size   malloc, .-malloc
 
-// operator new(size) and new[](size).
+// operator new(size) and new[](size): malloc's charge, then jemalloc's own operator new,
+// whose rare slow path comes back to d9 for the new-handler loop (d9_new_slow, see
+// alloc/prefix_jemalloc.cmake), so the common case is a jump like malloc's.
         .p2align 4
         .globl  _Znwm
         .type   _Znwm, @function
@@ -67,7 +70,10 @@ malloc:
 _Znwm:
 _Znam:
         .cfi_startproc
-        new_body d9_new_sampled, d9_new_failed
+        movq    d9_tls_state@gottpoff(%rip), %rax
+        subq    %rdi, %fs:(%rax)
+        jg      d9_je__Znwm
+        jmp     d9_new_sampled
         .cfi_endproc
         .size   _Znwm, .-_Znwm
         .size   _Znam, .-_Znam
@@ -133,7 +139,6 @@ _ZdaPvm:
         .hidden d9_free_sampled
         .hidden d9_sized_free_sampled
         .hidden d9_new_sampled
-        .hidden d9_new_failed
         .hidden d9_new_nothrow_sampled
         .hidden d9_new_nothrow_failed
 

@@ -409,7 +409,12 @@ D9_EXPORT void malloc_stats_print(void (*write_cb)(void*, const char*), void* cb
 extern "C" void* d9_new_sampled(size_t size) {
   return sampled(size, [=](int flags) { return new_impl<false>(size, flags); });
 }
-extern "C" void* d9_new_failed(size_t size) {
+// jemalloc's operator new, past its fast path, calls here in place of its malloc_default
+// (alloc/prefix_jemalloc.cmake), so an empty result runs the new-handler loop above.
+extern "C" void* je_malloc_default(size_t size) noexcept;
+extern "C" __attribute__((visibility("hidden"))) void* d9_new_slow(size_t size) {
+  void* p = je_malloc_default(size);
+  if (D9_LIKELY(p)) return p;
   return new_failed<false>(size, 0);
 }
 extern "C" void* d9_new_nothrow_sampled(size_t size) noexcept {

@@ -195,6 +195,8 @@ TEST(CliProfile, SimplifiesCppAndRustNames) {
       {"cold_path(int) [clone .cold]", "cold_path"},
       {"0x401000", "0x401000"},
       {"d9_je_malloc", "malloc"},
+      {"d9_je__Znwm", "operator new"},
+      {"d9_je__ZdlPvm", "operator delete"},
       {"je_je_sdallocx_noflags", "je_sdallocx_noflags"},
   };
   for (const auto& [in, want] : cases) EXPECT_EQ(simplify_name(in), want) << in;
