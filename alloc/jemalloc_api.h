@@ -1,5 +1,5 @@
-// jemalloc's entry points inside libd9.so (its C API; d9 implements operator new itself). Debian's
-// libjemalloc_pic.a is linked in with every public symbol renamed `d9_je_<name>` (see
+// jemalloc's entry points inside libd9.so (its C API; d9's operator new jumps into jemalloc's own).
+// Debian's libjemalloc_pic.a is linked in with every public symbol renamed `d9_je_<name>` (see
 // alloc/CMakeLists.txt), so the calls below go straight into jemalloc's own fast paths, with no PLT
 // and no chance of binding to another allocator, and libd9's exported malloc family is the only one
 // the host sees.
@@ -49,4 +49,8 @@ int d9_je_mallctlbymib(const size_t* mib, size_t miblen, void* oldp, size_t* old
                        size_t newlen) noexcept;
 void d9_je_malloc_stats_print(void (*write_cb)(void*, const char*), void* cbopaque,
                               const char* opts) noexcept;
+
+// jemalloc's malloc past its fast path (an internal symbol, never renamed): its operator
+// new's slow path, which prefix_jemalloc.cmake points at d9_new_slow instead.
+void* je_malloc_default(size_t size) noexcept;
 }

@@ -1,7 +1,7 @@
 // The hottest entry points, malloc, operator new and the unsized and sized frees, written
 // out so each is the shortest sequence that does its job: a check, then a conditional tail
-// jump straight into jemalloc (a call, for nothrow new). No frame, no saved register (but its
-// size); everything else happens out of line in C++
+// jump straight into jemalloc (a call, for nothrow new). No frame, no saved register (but
+// nothrow new's size); everything else happens out of line in C++
 // (preload/hooks.cc). Compilers emit two to three times as many instructions for the same
 // logic (a TLS load, subtract, store and test; the range check as subtract and compare).
 //
@@ -18,14 +18,20 @@
 
         .text
 
-// nothrow operator new: the same charge as malloc, then a call (not a jump) into jemalloc,
-// since an empty result must still reach the new-handler loop with the size (jemalloc's own
-// nothrow new would reach d9_new_slow, which throws). The size is kept on
-// the stack, which also aligns it for the call. `sampled` and `failed` take over with the
-// size in rdi and this frame already gone, so exceptions never pass through it.
-.macro new_body sampled, failed
+// The allocation's charge: subtracts the size in rdi from this thread's byte counter and
+// leaves the flags of the result, greater than zero while no sample point was reached.
+.macro charge
         movq    d9_tls_state@gottpoff(%rip), %rax
         subq    %rdi, %fs:(%rax)
+.endm
+
+// nothrow operator new: the charge, then a call (not a jump) into jemalloc, since an empty
+// result must still reach the new-handler loop with the size (jemalloc's own nothrow new
+// would reach d9_new_slow, which throws). The size is kept on the stack, which also aligns
+// it for the call. `sampled` and `failed` take over with the size in rdi and this frame
+// already gone, so exceptions never pass through it.
+.macro nothrow_new_body sampled, failed
+        charge
         jle     \sampled
         pushq   %rdi
         .cfi_adjust_cfa_offset 8
@@ -52,8 +58,7 @@
         .type   malloc, @function
 malloc:
         .cfi_startproc
-        movq    d9_tls_state@gottpoff(%rip), %rax
-        subq    %rdi, %fs:(%rax)
+        charge
         jg      d9_je_malloc
         jmp     d9_malloc_sampled
         .cfi_endproc
@@ -70,8 +75,7 @@ malloc:
 _Znwm:
 _Znam:
         .cfi_startproc
-        movq    d9_tls_state@gottpoff(%rip), %rax
-        subq    %rdi, %fs:(%rax)
+        charge
         jg      d9_je__Znwm
         jmp     d9_new_sampled
         .cfi_endproc
@@ -87,7 +91,7 @@ _Znam:
 _ZnwmRKSt9nothrow_t:
 _ZnamRKSt9nothrow_t:
         .cfi_startproc
-        new_body d9_new_nothrow_sampled, d9_new_nothrow_failed
+        nothrow_new_body d9_new_nothrow_sampled, d9_new_nothrow_failed
         .cfi_endproc
         .size   _ZnwmRKSt9nothrow_t, .-_ZnwmRKSt9nothrow_t
         .size   _ZnamRKSt9nothrow_t, .-_ZnamRKSt9nothrow_t

@@ -411,7 +411,6 @@ extern "C" void* d9_new_sampled(size_t size) {
 }
 // jemalloc's operator new, past its fast path, calls here in place of its malloc_default
 // (alloc/prefix_jemalloc.cmake), so an empty result runs the new-handler loop above.
-extern "C" void* je_malloc_default(size_t size) noexcept;
 extern "C" __attribute__((visibility("hidden"))) void* d9_new_slow(size_t size) {
   void* p = je_malloc_default(size);
   if (D9_LIKELY(p)) return p;
