@@ -9,7 +9,7 @@ secs=${1:-30}
 [[ $# -gt 0 ]] && shift
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out=${D9_FUZZ_DIR:-$root/build-fuzz}
-fixtures=${D9_FIXTURES_DIR:-$root/../shared/fixtures}
+fixtures=$root/tests/fixtures
 cxx=${FUZZ_CXX:-clang++}
 
 mkdir -p "$out/corpus" "$out/seeds" "$out/artifacts"
