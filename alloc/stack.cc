@@ -1,12 +1,8 @@
 #include "alloc/stack.h"
 
 #include <dlfcn.h>
-#include <link.h>
-#include <sys/auxv.h>
-#include <time.h>
 #include <unwind.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -25,10 +21,7 @@ namespace {
 using BacktraceFn = int (*)(void**, int);
 std::atomic<BacktraceFn> g_backtrace{nullptr};
 std::atomic<bool> g_loader_suspect{false};
-std::atomic<bool> g_waited_for_loader{false};  // this fork child's one wait is used up
-std::atomic<bool> g_writer_loads{false};       // writer_loads_unwinder() was called
-std::atomic<bool> g_unwinder_wanted{false};    // a capture has asked the writer for it
-std::atomic<bool> g_unwinder_tried{false};     // load_unwinder() has finished, loaded or not
+std::atomic<bool> g_unwinder_wanted{false};  // a capture has asked the writer for it
 
 // Frames of the sampling path itself that sit above the caller: wrapper, sampled path,
 // capture. A little slack keeps the requested depth after they are dropped.
@@ -59,12 +52,7 @@ bool load_unwinder() {
   if (g_backtrace.load(std::memory_order_acquire)) return true;
   BacktraceFn fn = open_unwinder();
   if (fn) g_backtrace.store(fn, std::memory_order_release);
-  g_unwinder_tried.store(true, std::memory_order_release);  // waiting threads go on
   return fn != nullptr;
-}
-
-void writer_loads_unwinder() {
-  g_writer_loads.store(true, std::memory_order_release);
 }
 
 bool unwinder_wanted() {
@@ -72,7 +60,6 @@ bool unwinder_wanted() {
 }
 
 void set_loader_suspect(bool suspect) {
-  if (suspect) g_waited_for_loader.store(false, std::memory_order_relaxed);
   g_loader_suspect.store(suspect, std::memory_order_release);
 }
 
@@ -115,69 +102,17 @@ __attribute__((noinline)) int walk_with_libgcc(void** pcs, int max) {
   return walk.depth;
 }
 
-// The dynamic loader's own image, from the auxiliary vector: no lock, no allocation.
-struct Range {
-  uintptr_t lo = 0, hi = 0;
-};
-Range loader_image() {
-  Range r;
-  r.lo = getauxval(AT_BASE);
-  if (r.lo == 0) return r;
-  const auto* ehdr = reinterpret_cast<const ElfW(Ehdr)*>(r.lo);
-  const auto* phdr = reinterpret_cast<const ElfW(Phdr)*>(r.lo + ehdr->e_phoff);
-  for (int i = 0; i < ehdr->e_phnum; ++i) {
-    if (phdr[i].p_type == PT_LOAD) r.hi = std::max(r.hi, r.lo + phdr[i].p_vaddr + phdr[i].p_memsz);
-  }
-  return r;
-}
-
-// True if the loader is on this stack: the thread may hold the loader's lock (an
-// allocation inside dlopen, or in a constructor it runs), which the writer's dlopen needs.
-bool inside_loader(void* const* pcs, int n) {
-  static const Range ld = loader_image();
-  for (int i = 0; i < n; ++i) {
-    auto pc = reinterpret_cast<uintptr_t>(pcs[i]);
-    if (pc >= ld.lo && pc < ld.hi) return true;
-  }
-  return false;
-}
-
-// A capture without libunwind, once the writer can load it: the first asks for it, and
-// each thread waits for the load once (at most 20 ms), so the samples that follow are
-// walked with it, however long the writer takes to be scheduled (one starved by this very
-// thread, or under valgrind, which runs one thread at a time). Not while the loader is on
-// the stack: the writer's dlopen would wait for this thread. Loads first: every capture
-// without libunwind comes here, only the first may pay for the exchange.
-void wait_for_unwinder(void* const* pcs, int n) {
-  if (!g_writer_loads.load(std::memory_order_acquire)) return;
+// A capture without libunwind asks the writer to load it (once per process) and goes on
+// at once: a host thread never waits for a library load. Until the writer has loaded it
+// (and for good if libunwind.so.8 is missing), samples are walked with libgcc.
+void ask_for_unwinder() {
   if (!g_unwinder_wanted.load(std::memory_order_relaxed) &&
       !g_unwinder_wanted.exchange(true, std::memory_order_acq_rel)) {
     alloc::nudge_writer();
   }
-  ThreadState& t = tls_state;
-  if (t.waited_for_unwinder || inside_loader(pcs, n)) return;
-  t.waited_for_unwinder = 1;
-  timespec pause{0, 50 * 1000};
-  for (int i = 0; i < 400 && !g_unwinder_tried.load(std::memory_order_acquire); ++i) {
-    nanosleep(&pause, nullptr);
-  }
 }
 
 }  // namespace
-
-// A fork child without unwind tables: waits (once, at most 20 ms) for the writer to show
-// the loader's lock free. True if it did.
-bool loader_cleared_after_wait() {
-  if (unwind::has_tables() || g_waited_for_loader.exchange(true, std::memory_order_relaxed)) {
-    return false;
-  }
-  timespec pause{0, 50 * 1000};
-  for (int i = 0; i < 400; ++i) {
-    if (!g_loader_suspect.load(std::memory_order_acquire)) return true;
-    nanosleep(&pause, nullptr);
-  }
-  return false;
-}
 
 int capture(uint64_t* out, int max_depth) {
   if (max_depth <= 0) return 0;
@@ -186,12 +121,16 @@ int capture(uint64_t* out, int max_depth) {
   const int max = max_depth + kOwnFramesSlack;
   int n;
   if (BacktraceFn backtrace = g_backtrace.load(std::memory_order_acquire)) {
-    bool suspect = g_loader_suspect.load(std::memory_order_acquire);
-    if (suspect && loader_cleared_after_wait()) suspect = false;
-    n = suspect ? walk_without_loader(pcs, max) : backtrace(pcs, max);
+    if (!g_loader_suspect.load(std::memory_order_acquire)) {
+      n = backtrace(pcs, max);
+    } else if (unwind::has_tables()) {
+      n = walk_without_loader(pcs, max);
+    } else {
+      n = walk_with_libgcc(pcs, max);  // lock-free, like the CPU sampler's tables
+    }
   } else {
     n = walk_with_libgcc(pcs, max);
-    wait_for_unwinder(pcs, n);
+    ask_for_unwinder();
   }
   int first = 0;
   while (first < n && in_own_image(reinterpret_cast<uint64_t>(pcs[first]))) ++first;

@@ -18,13 +18,8 @@ inline constexpr int kMaxDepth = 256;
 // then (samples taken in the constructors of libraries the loader initialises before
 // d9's own, and while the writer loads it), or for good if libunwind.so.8 is missing,
 // capture() walks with libgcc's unwinder instead: about 20 times slower, but lock-free
-// and loaded with d9.
+// and loaded with d9. No host thread ever waits for the load.
 bool load_unwinder();
-// The writer thread exists and loads libunwind when asked: from then on, the first
-// capture without it asks, and each thread waits for it once (at most 20 ms; not while
-// the loader is on its stack), so that a writer starved of CPU cannot leave later samples
-// on libgcc's walk.
-void writer_loads_unwinder();
 // For the writer: true once a capture has asked for libunwind.
 bool unwinder_wanted();
 
@@ -35,9 +30,9 @@ int capture(uint64_t* out, int max_depth);
 // A fork child may inherit the loader's lock (dl_iterate_phdr) held by a thread that does
 // not exist there, and libunwind takes it on a cache miss: until the writer has taken it
 // once (cpu::poll, first thing in the child's writer), capture() walks with the CPU
-// sampler's tables instead (unwind.h), which never touch the loader. Without tables (the
-// parent was never CPU-sampled, so never built them), the child's first capture waits up
-// to 20 ms for the writer's proof instead, once.
+// sampler's tables instead (unwind.h), which never touch the loader, or without tables
+// (the parent was never CPU-sampled, so never built them) with libgcc's walk, which finds
+// unwind tables through _dl_find_object, lock-free.
 void set_loader_suspect(bool suspect);
 
 }  // namespace d9::stack

@@ -592,7 +592,7 @@ void* writer_main(void*) {
   g_writer = w;
   w->dir = std::string(g_options.output) + "/" + g_boot_id;
   w->metadata = build_metadata();
-  cpu::poll(&g_stop);           // a fork child's allocation stacks wait for its proof of the loader
+  cpu::poll(&g_stop);           // a fork child: proves the loader free for libunwind walks
   load_unwinder_if_wanted(*w);  // asked for before the writer got here
 
   long wait_ns = kDrainIntervalNs;
@@ -606,7 +606,7 @@ void* writer_main(void*) {
     }
     if (!requests_pending()) alloc::wait_for_work(seen, wait_ns);
     if (g_stop.load(std::memory_order_acquire)) break;
-    load_unwinder_if_wanted(*w);  // first: a sampling thread waits for it to begin
+    load_unwinder_if_wanted(*w);  // first: samples walk with libgcc until it is loaded
     cpu::poll(&g_stop);
     // Idle, the writer polls less and less often, down to every 100 ms: producers nudge it
     // as their rings fill, and exit, exec and dlclose as they ask, so only the periodic
@@ -639,9 +639,6 @@ void start_writer() {
     turn_off("cannot start the writer thread");
     return;
   }
-  // Announced here, not by the writer: a thread that samples without pause (or valgrind's
-  // scheduler) may keep a new writer from running until the first sample waits for it.
-  stack::writer_loads_unwinder();
 }
 
 // Stops the writer, which seals the last segment, and waits up to `wait_secs` for it.
