@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/dump.h"
 #include "cli/export.h"
 #include "cli/flame.h"
 #include "cli/input.h"
@@ -36,6 +37,8 @@ Commands:
   symbolize PATH...     add symbols to segments written without them (D9_SYMBOLIZE=0, or
                         .active files of a killed process), offline, from the recorded
                         module map and build-ids
+  dump TARGET...        ask running profiled processes (pid, boot id or trace directory)
+                        to seal their current segment now (live set, symbols) and print it
 
 PATH is a segment file (.bin, .bin.gz, .bin.zst, .active; the format is told by its magic
 bytes) or a directory searched recursively. Files are read one at a time; a damaged file
@@ -108,6 +111,15 @@ symbolize:
   Each module's file is checked against its recorded build-id; a mismatch is refused. A
   segment without a module map (an .active file never sealed) uses the one of the newest
   sealed segment of the same process beside it. Compression follows the input.
+
+dump:
+  --all DIR             every live process with a directory under DIR (a D9_OUTPUT)
+  --dir DIR             where to look for a pid's or boot id's directory when the process
+                        has no segment open (default: $D9_OUTPUT, ./d9-traces, and the
+                        process's own D9_OUTPUT)
+  --timeout S           how long to wait for the processes to answer (default 10)
+  The request is a file in the process's directory, which its writer thread looks for
+  every 100 ms: no signal reaches the program, and it works for workers that dropped root.
 
 Other options:
   --no-progress         no progress line (shown on a terminal for work over a second)
@@ -489,6 +501,39 @@ int cmd_symbolize(int argc, char** argv) {
   return symbolize_files(paths, o, stdout);
 }
 
+int cmd_dump(int argc, char** argv) {
+  DumpOptions o;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    if (arg == "-h" || arg == "--help") {
+      fputs(kHelp, stdout);
+      return 0;
+    } else if (arg == "--all") {
+      const char* v = value();
+      if (!v) return usage_error("--all DIR");
+      o.all_dir = v;
+    } else if (arg == "--dir") {
+      const char* v = value();
+      if (!v) return usage_error("--dir DIR");
+      o.search_dir = v;
+    } else if (arg == "--timeout") {
+      const char* v = value();
+      char* end = nullptr;
+      double secs = v ? strtod(v, &end) : -1;
+      if (!v || *end || secs <= 0 || secs > 3600) return usage_error("--timeout SECONDS");
+      o.timeout_ms = static_cast<int>(secs * 1000);
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      return usage_error("unknown option " + arg + " for 'dump'");
+    } else {
+      o.targets.push_back(arg);
+    }
+  }
+  if (o.targets.empty() && o.all_dir.empty())
+    return usage_error("'dump' needs a TARGET or --all DIR");
+  return dump_processes(o, stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -507,6 +552,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "run") return cmd_run(argc, argv);
   if (cmd == "symbolize") return cmd_symbolize(argc, argv);
+  if (cmd == "dump") return cmd_dump(argc, argv);
   Args a;
   a.command = cmd;
   for (int i = 2; i < argc; ++i) {

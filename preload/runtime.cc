@@ -29,6 +29,7 @@
 #include "preload/cpu.h"
 #include "preload/log.h"
 #include "preload/own_libstdcxx.h"
+#include "writer/dump_request.h"
 #include "writer/seal_tools.h"
 #include "writer/segment.h"
 
@@ -153,11 +154,12 @@ struct Writer {
   StringMap metadata;
   SealTools* tools = nullptr;  // loaded at the first seal that needs it
   bool tools_tried = false;
-  bool warm_up_started = false;    // see warm_up_for_children()
-  bool unwinder_tried = false;     // see load_unwinder_if_wanted()
-  uint64_t segments_dropped = 0;   // lost to write errors (full disk, ...)
-  uint64_t retry_after_ns = 0;     // back-off after a failed open or write
-  uint64_t last_error_log_ns = 0;  // write errors are reported at most once a minute
+  bool warm_up_started = false;     // see warm_up_for_children()
+  bool unwinder_tried = false;      // see load_unwinder_if_wanted()
+  uint64_t segments_dropped = 0;    // lost to write errors (full disk, ...)
+  uint64_t retry_after_ns = 0;      // back-off after a failed open or write
+  uint64_t last_error_log_ns = 0;   // write errors are reported at most once a minute
+  uint64_t last_dump_check_ns = 0;  // see serve_dump_requests()
 };
 
 Writer* g_writer = nullptr;  // owned by the writer thread; abandoned (never freed) on fork
@@ -268,8 +270,9 @@ void segment_failed(Writer& w) {
 // The seal tools and their symbol caches outlive a fork. A child that ends soon after it
 // was forked (worker pools, prefork servers) would otherwise load them and symbolize from
 // cold at its exit: 0.1-0.2 s per child with system debug info installed. The writer holds
-// g_tools_mu while it uses them; fork takes it too (waiting at most 50 ms for a seal in
-// progress), so a child adopts them only as they were between two uses.
+// g_tools_mu while it uses them; fork takes it too, so a child adopts them only as they
+// were between two uses. Fork waits at most 2 ms for it, not for a whole seal (0.1 s and
+// more, for as long as the forking host thread would stall): such a child loads its own.
 pthread_mutex_t g_tools_mu = PTHREAD_MUTEX_INITIALIZER;
 bool g_tools_held_for_fork = false;
 SealTools* g_tools_for_child = nullptr;  // what the next fork child's writer starts with
@@ -278,7 +281,7 @@ SealTools* g_tools_for_child = nullptr;  // what the next fork child's writer st
 // its prepare handler to its parent and child handlers, waiting as long as a load takes: a
 // fork in the middle of a dlopen leaves the child libraries half loaded (seen: "libdw.so.1:
 // undefined symbol: lzma_code"). Held for the load only, unlike g_tools_mu, which a seal
-// holds throughout and fork waits for 50 ms at most. Taken after g_tools_mu where both are
+// holds throughout and fork waits 2 ms for at most. Taken after g_tools_mu where both are
 // (fork takes them in that order too).
 pthread_mutex_t g_loader_mu = PTHREAD_MUTEX_INITIALIZER;
 bool g_loader_held_for_fork = false;
@@ -289,10 +292,10 @@ void tools_fork_prepare() {
   g_has_forked.store(true, std::memory_order_relaxed);
   g_tools_held_for_fork = false;
   g_tools_for_child = nullptr;
-  // deadline_after() is on the monotonic clock, as pthread_mutex_clocklock is told here
-  // (pthread_mutex_timedlock reads its deadline on the realtime clock: that made this wait
-  // end at once, so forks never waited for the seal tools at all).
-  timespec until = deadline_after(50 * 1000 * 1000);
+  // At most 2 ms: long enough for one chunk of the warm-up (warm_up_main), much shorter
+  // than a seal, which the forking thread must not wait for. On the monotonic clock, as
+  // pthread_mutex_clocklock is told (pthread_mutex_timedlock reads the realtime clock).
+  timespec until = deadline_after(2 * 1000 * 1000);
   if (pthread_mutex_clocklock(&g_tools_mu, CLOCK_MONOTONIC, &until) == 0) {
     g_tools_held_for_fork = true;
     if (g_writer && g_writer->tools_tried) g_tools_for_child = g_writer->tools;
@@ -488,9 +491,10 @@ bool drain(Writer& w);
 // retention. A segment rotated out while the program runs on (`rotating`) is compressed
 // with the rings drained between chunks into the next segment: compressing 32 MiB takes
 // ~0.1-0.2 s, long enough for busy threads to fill the rings. Other seals (exit, exec, a
-// change of owner) are the last word and drain nothing more.
-void seal(Writer& w, bool rotating = false) {
-  if (!w.segment->is_open()) return;
+// change of owner) are the last word and drain nothing more. Returns the sealed file's
+// path ("" when nothing was open, or the segment was dropped).
+std::string seal(Writer& w, bool rotating = false) {
+  if (!w.segment->is_open()) return "";
   if (alloc::settings().liveset) w.collector.write_live_set(w.segment->events());
   alloc::Counters c = alloc::counters();
   Segment::SealOptions options;
@@ -516,7 +520,7 @@ void seal(Writer& w, bool rotating = false) {
     w.sealing = sealed.get();
     options.between_chunks = [&w] { drain(w); };
   }
-  sealed->seal(options);
+  std::string path = sealed->seal(options);
   w.sealing = nullptr;
   pthread_mutex_unlock(&g_tools_mu);
   if (!sealed->error().empty()) {
@@ -527,6 +531,7 @@ void seal(Writer& w, bool rotating = false) {
     log_rate_limited(w, sealed->compress_error() + "; segment kept uncompressed");
   }
   enforce_retention(w);
+  return path;
 }
 
 // Drains the rings into the current segment (opened on demand, so a fork child that execs
@@ -562,6 +567,18 @@ bool write_pending(Writer& w) {
     seal(w, true);
   }
   return busy;
+}
+
+// `d9 dump` (writer/dump_request.h): requests are files in the process's directory,
+// looked for at most every 100 ms (a readdir on d9's thread, nothing on the host's).
+void serve_dump_requests(Writer& w) {
+  uint64_t now = monotonic_ns();
+  if (now - w.last_dump_check_ns < kIdleIntervalNs) return;
+  w.last_dump_check_ns = now;
+  std::vector<std::string> nonces = dump::take_requests(w.dir);
+  if (nonces.empty()) return;
+  drain(w);
+  dump::answer(w.dir, nonces, seal(w));
 }
 
 bool requests_pending() {
@@ -620,6 +637,7 @@ void* writer_main(void*) {
     });
     serve(g_seal_request, [&] { seal(*w); });  // before exec: next events, next segment
     serve(g_owner_request, [&] { hand_over_output(*w); });
+    serve_dump_requests(*w);
   }
 
   w->retry_after_ns = 0;
