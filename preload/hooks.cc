@@ -19,9 +19,9 @@
 //  - pthread_create, pthread_exit, sigaction and signal serve CPU sampling (preload/cpu.h).
 // With the live set on, sampled allocations come from the sampled arena, and every free
 // first asks whether its pointer lies in that arena's range (sampled_heap.h): a compare
-// against two globals, no memory touched. glibc-only extras
-// (mallinfo, malloc_trim, mallopt, malloc_info) are left to glibc: they describe glibc's
-// unused arena and stay harmless.
+// against two globals, no memory touched. glibc's heap introspection (mallinfo, mallinfo2,
+// malloc_stats, malloc_info, malloc_trim) answers from jemalloc (preload/heap_info.cc);
+// mallopt is left to glibc, whose unused arena it tunes harmlessly.
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>

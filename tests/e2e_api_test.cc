@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "tests/e2e_util.h"
@@ -133,6 +134,76 @@ TEST_F(E2EApi, InvalidSampleRateFallsBackToDefault) {
     ASSERT_NE(rate, t.metadata.end()) << seg;
     EXPECT_EQ(rate->second, "524288") << seg;
   }
+}
+
+// glibc's heap introspection answers from jemalloc under d9: a service that exports
+// mallinfo2().uordblks as a metric sees the 64 MiB it holds (glibc's own, unused arena
+// would say about 0), malloc_trim gives pages back, malloc_stats and malloc_info keep
+// glibc's formats with jemalloc's figures.
+class E2EHeapInfo : public E2EApi {
+ protected:
+  static std::map<std::string, long long> values(const std::string& out) {
+    std::map<std::string, long long> v;
+    for (const std::string& line : lines_of(out)) {
+      size_t space = line.find(' ');
+      if (space != std::string::npos && line.find(' ', space + 1) == std::string::npos) {
+        v[line.substr(0, space)] = atoll(line.c_str() + space + 1);
+      }
+    }
+    return v;
+  }
+};
+
+TEST_F(E2EHeapInfo, AnswersFromJemallocWithAndWithoutSampling) {
+  constexpr long long kHeld = 64LL << 20;
+  for (const char* enable : {"D9_ENABLE=1", "D9_ENABLE=0"}) {
+    SCOPED_TRACE(enable);
+    RunResult r = run({program("heap_info")}, {"D9_OUTPUT=" + dir_, enable});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto v = values(r.out);
+    long long grew = v["holding.uordblks"] - v["before.uordblks"];
+    EXPECT_GE(grew, kHeld) << r.out;
+    EXPECT_LE(grew, kHeld + (4 << 20)) << r.out;
+    EXPECT_LE(v["freed.uordblks"], v["holding.uordblks"] - kHeld + (1 << 20)) << r.out;
+    EXPECT_EQ(v["holding.arena"], v["holding.uordblks"] + v["holding.fordblks"]);
+    EXPECT_EQ(v["holding.hblkhd"], 0);
+    EXPECT_EQ(v["holding.old_uordblks"], v["holding.uordblks"]) << "mallinfo, below INT_MAX";
+    // mallinfo2 reads what mallctl reads (two calls apart: within a few KiB of d9's own).
+    EXPECT_NEAR(static_cast<double>(v["holding.uordblks_again"]),
+                static_cast<double>(v["mallctl.allocated"]), 64 << 10);
+    // Trim gives the freed pages back: resident memory drops, as glibc's trim would say.
+    EXPECT_EQ(v["trim"], 1) << r.out;
+    EXPECT_LT(v["rss_after_trim_kib"], v["rss_before_trim_kib"] - 16 * 1024) << r.out;
+    EXPECT_LT(v["trimmed.keepcost"], v["freed.keepcost"] + 1) << r.out;
+    // malloc_stats: glibc's layout on stderr, in-use bytes near mallinfo2's.
+    size_t at = r.err.find("Total (incl. mmap):\nsystem bytes     = ");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    size_t in_use = r.err.find("in use bytes     = ", at);
+    ASSERT_NE(in_use, std::string::npos);
+    long long stats_in_use = atoll(r.err.c_str() + in_use + 19);
+    EXPECT_NEAR(static_cast<double>(stats_in_use), static_cast<double>(v["trimmed.uordblks"]),
+                1 << 20);
+    // malloc_info: glibc's XML, with the mapped total as the current system size.
+    size_t begin = r.out.find("info-begin\n"), end = r.out.find("info-end\n");
+    ASSERT_LT(begin, end);
+    std::string xml = r.out.substr(begin + 11, end - begin - 11);
+    EXPECT_EQ(xml.rfind("<malloc version=\"1\">", 0), 0u) << xml;
+    EXPECT_NE(xml.find("</malloc>"), std::string::npos);
+    EXPECT_NE(xml.find("<system type=\"current\" size=\""), std::string::npos);
+    EXPECT_EQ(v["info"], 0);
+    EXPECT_NE(r.out.find("info_bad 22 errno 0"), std::string::npos) << "EINVAL, as glibc";
+  }
+}
+
+// The same program on glibc alone: the test's expectations are glibc's own behaviour.
+TEST_F(E2EHeapInfo, GlibcAgrees) {
+  RunResult r = run({program("heap_info")}, {}, /*preload=*/false);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto v = values(r.out);
+  // glibc serves 1 MiB blocks with mmap: hblkhd, not uordblks, holds them.
+  EXPECT_GE(v["holding.hblkhd"] + v["holding.uordblks"] - v["before.uordblks"], 64LL << 20);
+  EXPECT_NE(r.err.find("Total (incl. mmap):"), std::string::npos);
+  EXPECT_NE(r.out.find("info_bad 22 errno 0"), std::string::npos);
 }
 
 }  // namespace
