@@ -161,12 +161,37 @@ TEST_F(E2ECpu, RecoversKnownSplitNamesAndRate) {
   }
   double truth_a = truth.a_s / (truth.a_s + truth.b_s);
   double share_a = static_cast<double>(a) / static_cast<double>(a + b);
-  std::printf("worker: %lu samples (%.1f expected), work_a %.1f%% (truth %.1f%%)\n", worker,
-              truth.worker_cpu_s * hz, share_a * 100, truth_a * 100);
+  // The share's precision comes from the signals delivered, not from the samples written:
+  // when the kernel delivers a thread's CPU-time expirations late (a busy or throttled
+  // machine: each check of the timer finds several intervals elapsed), one signal carries
+  // si_overrun > 0 and d9 writes its stack 1 + overrun times, so CPU time stays right
+  // but those samples share one pc. On a loaded 2-core VM, 1272 of 1991 samples were such
+  // repeats: about 250 independent points, a standard error of ~4 points instead of 1.5.
+  // Repeats have the signal's timestamp; the bound is 4 standard errors of the weighted
+  // share, sum(w^2) p (1 - p) / sum(w)^2, and never below 5 points.
+  std::map<uint64_t, uint64_t> signal_weight;  // timestamp -> samples written for it
+  for (const Sample& x : s.all) {
+    if (x.tid == truth.worker_tid &&
+        (inside(truth.sites["work_a"], x.stack[0]) || inside(truth.sites["work_b"], x.stack[0]))) {
+      ++signal_weight[x.ts];
+    }
+  }
+  double w_sum = 0, w_sq = 0;
+  for (const auto& [ts, w] : signal_weight) {
+    w_sum += static_cast<double>(w);
+    w_sq += static_cast<double>(w * w);
+  }
+  const double share_se = std::sqrt(w_sq * truth_a * (1 - truth_a)) / w_sum;
+  const double share_bound = std::max(0.05, 4 * share_se);
+  std::printf(
+      "worker: %lu samples (%.1f expected) from %zu signals, work_a %.1f%% (truth %.1f%%, "
+      "bound ±%.1f)\n",
+      worker, truth.worker_cpu_s * hz, signal_weight.size(), share_a * 100, truth_a * 100,
+      share_bound * 100);
   std::printf("named: %lu samples (%.1f expected); truncated %lu of %lu\n", named,
               truth.named_cpu_s * hz, s.closing_truncated, s.closing_samples);
   EXPECT_NEAR(truth_a, 0.70, 0.03);
-  EXPECT_NEAR(share_a, truth_a, 0.05);
+  EXPECT_NEAR(share_a, truth_a, share_bound);
   EXPECT_GE(a + b, worker * 95 / 100);  // the rest: the loop's clock reads
   EXPECT_NEAR(static_cast<double>(worker), truth.worker_cpu_s * hz, 0.15 * truth.worker_cpu_s * hz);
   EXPECT_NEAR(static_cast<double>(named), truth.named_cpu_s * hz, 0.15 * truth.named_cpu_s * hz);
