@@ -19,7 +19,9 @@
 #   waited, preempted = the scheduler took the CPU away, oncpu = neither), and each figure's
 #   ratio to the same round's jemalloc run (median over rounds). The slowest calls of the
 #   d9 runs follow with the thread's age and bytes allocated so far (a first-sample stall is
-#   at a small thread_kib) and the slowest of the jemalloc runs for comparison.
+#   at a small thread_kib) and the slowest of the jemalloc runs for comparison; slow calls
+#   of several threads at the same moment are marked (a shared lock, or no CPU for anyone);
+#   a last count sets blocked calls in a thread's first 5 ms apart from later ones.
 # Part 2, redis: redis-server preloaded per configuration (--save '' --appendonly no, on a
 #   free port of 127.0.0.1), driven by `redis-benchmark -c 50 -d 128 -n 300000 -t set,get
 #   --csv` (not preloaded). Medians over rounds of p50/p99/max per command, the max of max,
@@ -30,8 +32,9 @@
 #
 # Environment: BUILD_DIR (default <repo>/build), JEMALLOC (default Debian's libjemalloc2),
 # PROBE_ARGS (latency_probe's options, default none: -t 4 -s 2 -l 4 -p 50), REDIS_N
-# (requests per command, default 300000), NO_REDIS=1 (part 1 only), NO_BUILD=1 (use the
-# build as is).
+# (requests per command, default 300000; much less and a d9 run may take no allocation
+# sample, which counts as a failure), NO_REDIS=1 (part 1 only), NO_BUILD=1 (use the build
+# as is).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -314,6 +317,22 @@ for cfg in "${CONFIGS[@]}"; do
   awk -v c="$cfg" '$2 == c && ($1 >= 200000 || c == "jemalloc")' "$STALLS.all" |
     sort -k1,1nr | head -"$limit" | cut -d' ' -f2- | sed 's/^\([^ ]*\) \([0-9]*\) /\1 round \2 /; s/^/  /'
 done
+
+# Blocked calls (the thread slept or waited in the call) among the slowest: those in a
+# thread's first 5 ms are what a per-thread first-sample wait looks like.
+awk -v configs="${CONFIGS[*]}" '{
+    for (f = 3; f <= NF; f++) { split($f, kv, "="); v[kv[1]] = kv[2] }
+    if (v["vcsw"] > 0 && v["ns"] >= 200000) {
+      k = v["age_ms"] < 5 ? "early" : "later"; n[$2, k]++; if (v["ns"] > mx[$2, k]) mx[$2, k] = v["ns"]
+    }
+  }
+  END {
+    nc = split(configs, c, " ")
+    printf "\nblocked calls >= 200 us among the slowest 8 per kind and run, all rounds (count, max ns):\n"
+    for (i = 1; i <= nc; i++)
+      printf "%-9s in a thread'"'"'s first 5 ms: %3d (max %8d)   later: %3d (max %8d)\n", c[i],
+        n[c[i], "early"], mx[c[i], "early"], n[c[i], "later"], mx[c[i], "later"]
+  }' "$STALLS.all"
 
 if ((WITH_REDIS)); then
   for cmd in SET GET; do
