@@ -6,6 +6,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "alloc/jemalloc_api.h"
@@ -24,11 +25,25 @@ static_assert(je::kZero == MALLOCX_ZERO && je::kTcacheNone == MALLOCX_TCACHE_NON
 namespace {
 
 std::atomic<uintptr_t> g_cursor{0};  // next free byte of the reservation
-int g_arena_flags = 0;               // MALLOCX_ARENA of the sampled arena; 0 until it exists
-// The arena is created at the first sample, not at start-up: that takes 130-180 us, which
-// every short-lived process that never samples (most shell commands) would wait for.
+
+// Sampled allocations are spread over several arenas, by thread, as jemalloc spreads
+// ordinary ones: with one arena for all, threads queued on its bin and extent locks (a
+// tcache refill, a large block) behind a holder that was preempted, 1.5-17 ms on a busy
+// machine where ordinary allocations never blocked. jemalloc's own arena count (opt.narenas,
+// 4 per CPU), at most kMaxArenas; they share the reservation and its lock-free hooks.
+constexpr unsigned kMaxArenas = 8;
+// Each arena is created at the first sample of a thread that maps to it, not at start-up:
+// that takes 130-180 us, which every short-lived process that never samples (most shell
+// commands) would wait for.
 enum ArenaState : int { kNoArena, kCreating, kReady, kFailed };
-std::atomic<int> g_arena_state{kNoArena};
+struct SampledArena {
+  std::atomic<int> state{kNoArena};
+  int flags = 0;  // MALLOCX_ARENA of the arena; 0 until it exists
+};
+SampledArena g_arenas[kMaxArenas];
+unsigned g_arena_count = 1;            // set when the reservation is made
+std::atomic<bool> g_key_state{false};  // g_thread_exit created (by the first arena's creator)
+std::atomic<bool> g_any_arena{false};  // some arena is ready: frees may need a tcache
 // Its destructor runs as each thread that has an explicit tcache exits, however it was
 // created and however it ends. Without it, tcaches could not be given back: none are used.
 pthread_key_t g_thread_exit;
@@ -57,15 +72,16 @@ void release_thread_cache(void*) {
   t.exited = 1;
   int flags = t.sampled_flags;
   if (!flags) return;
-  t.sampled_flags = g_arena_flags | je::kTcacheNone;
+  t.sampled_flags = (flags & ~je::kTcacheBits) | je::kTcacheNone;
   tcache_ctl("tcache.destroy", flags);
 }
 
-// This thread's flags, creating its explicit tcache on first use (and retrying every
-// kOpsPerFlush operations while jemalloc had none to give).
-int thread_flags() {
+// This thread's flags for arena flags `arena_flags`, creating its explicit tcache on first
+// use (and retrying every kOpsPerFlush operations while jemalloc had none to give).
+int thread_flags(int arena_flags) {
   ThreadState& t = tls_state;
   if (t.sampled_flags) {
+    t.sampled_flags = arena_flags | (t.sampled_flags & je::kTcacheBits);
     if (++t.sampled_ops < kOpsPerFlush || t.exited) return t.sampled_flags;
     t.sampled_ops = 0;
     if ((t.sampled_flags & je::kTcacheBits) != je::kTcacheNone) {
@@ -79,7 +95,7 @@ int thread_flags() {
   if (g_tcaches && !t.exited && d9_je_mallctl("tcache.create", &id, &len, nullptr, 0) == 0) {
     tcache = je::tcache(id);
   }
-  t.sampled_flags = g_arena_flags | tcache;  // first: setspecific may allocate, and sample
+  t.sampled_flags = arena_flags | tcache;  // first: setspecific may allocate, and sample
   if (tcache != je::kTcacheNone) pthread_setspecific(g_thread_exit, &g_thread_exit);
   return t.sampled_flags;
 }
@@ -187,6 +203,11 @@ bool init_sampled_heap(size_t reserve_bytes) {
   // The range must be valid before the arena exists: jemalloc allocates the arena's own
   // metadata through its hooks while creating it. Nothing is in it before then, so no free
   // can mistake a pointer for a sampled one.
+  unsigned narenas = 0;
+  size_t len = sizeof(narenas);
+  if (d9_je_mallctl("opt.narenas", &narenas, &len, nullptr, 0) == 0 && narenas > 0) {
+    g_arena_count = std::min(narenas, kMaxArenas);
+  }
   g_cursor.store(reinterpret_cast<uintptr_t>(base), std::memory_order_relaxed);
   d9_sampled_lo = reinterpret_cast<uintptr_t>(base);  // the range opens when hi is set
   d9_sampled_hi = reinterpret_cast<uintptr_t>(base) + reserve_bytes;
@@ -195,42 +216,58 @@ bool init_sampled_heap(size_t reserve_bytes) {
 
 namespace {
 
-// Creates the arena, once. A sample that comes while another thread is creating it, or
+// Creates arena `a`, once. A sample that comes while another thread is creating it, or
 // after creation failed, is served from the usual heap (and counted as untracked).
-bool ensure_arena() {
-  int state = g_arena_state.load(std::memory_order_acquire);
+bool ensure_arena(SampledArena& a) {
+  int state = a.state.load(std::memory_order_acquire);
   if (state == kReady) return true;
   if (state != kNoArena || d9_sampled_hi == 0 ||
-      !g_arena_state.compare_exchange_strong(state, kCreating, std::memory_order_acq_rel)) {
+      !a.state.compare_exchange_strong(state, kCreating, std::memory_order_acq_rel)) {
     return false;
   }
   unsigned arena = 0;
   size_t arena_size = sizeof(arena);
   extent_hooks_t* hooks = &g_hooks;
   if (d9_je_mallctl("arenas.create", &arena, &arena_size, &hooks, sizeof(hooks)) != 0) {
-    g_arena_state.store(kFailed, std::memory_order_release);
+    a.state.store(kFailed, std::memory_order_release);
     return false;
   }
-  g_tcaches = pthread_key_create(&g_thread_exit, release_thread_cache) == 0;
-  g_arena_flags = je::arena(arena);
-  g_arena_state.store(kReady, std::memory_order_release);
+  if (!g_key_state.exchange(true, std::memory_order_acq_rel)) {
+    g_tcaches = pthread_key_create(&g_thread_exit, release_thread_cache) == 0;
+  }
+  a.flags = je::arena(arena);
+  a.state.store(kReady, std::memory_order_release);
+  g_any_arena.store(true, std::memory_order_release);
   return true;
 }
 
 }  // namespace
 
+// The thread's arena (by tid) and explicit tcache. A thread that freed sampled blocks
+// before it sampled has a tcache and no arena yet.
 int sampled_heap_flags() {
-  return ensure_arena() ? thread_flags() : 0;
+  ThreadState& t = tls_state;
+  int arena_flags = t.sampled_flags & ~je::kTcacheBits;
+  if (!arena_flags) {
+    SampledArena& a = g_arenas[t.tid % g_arena_count];
+    if (!ensure_arena(a)) return 0;
+    arena_flags = a.flags;
+  }
+  return thread_flags(arena_flags);
 }
 
 void sampled_heap_after_fork() {
-  if (g_arena_state.load(std::memory_order_relaxed) == kCreating) {
-    g_arena_state.store(g_arena_flags ? kReady : kNoArena, std::memory_order_relaxed);
+  for (SampledArena& a : g_arenas) {
+    if (a.state.load(std::memory_order_relaxed) == kCreating) {
+      a.state.store(a.flags ? kReady : kNoArena, std::memory_order_relaxed);
+      if (a.flags) g_any_arena.store(true, std::memory_order_relaxed);
+    }
   }
 }
 
 int sampled_free_flags() {
-  return g_arena_flags ? thread_flags() & je::kTcacheBits : je::kTcacheNone;
+  if (!g_any_arena.load(std::memory_order_acquire)) return je::kTcacheNone;
+  return thread_flags(tls_state.sampled_flags & ~je::kTcacheBits) & je::kTcacheBits;
 }
 
 }  // namespace d9::alloc
