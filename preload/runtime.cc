@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc/allocator_stats.h"
 #include "alloc/collector.h"
 #include "alloc/cpu_collector.h"
 #include "alloc/profiler.h"
@@ -158,6 +159,7 @@ struct Writer {
   uint64_t segments_dropped = 0;   // lost to write errors (full disk, ...)
   uint64_t retry_after_ns = 0;     // back-off after a failed open or write
   uint64_t last_error_log_ns = 0;  // write errors are reported at most once a minute
+  uint64_t last_stats_ns = 0;      // see write_allocator_stats()
 };
 
 Writer* g_writer = nullptr;  // owned by the writer thread; abandoned (never freed) on fork
@@ -564,6 +566,19 @@ bool write_pending(Writer& w) {
   return busy;
 }
 
+// ---- allocator statistics (issue 18) ----
+// jemalloc's own figures into the open segment about once a second, beside the samples.
+void write_allocator_stats(Writer& w) {
+  const uint64_t now = monotonic_ns();
+  if (!w.segment->is_open() || now - w.last_stats_ns < kSecond) return;
+  w.last_stats_ns = now;
+  alloc::AllocatorStats s;
+  if (!alloc::read_allocator_stats(&s)) return;
+  w.segment->events().allocator_stats(now, s.allocated, s.active, s.resident, s.mapped, s.retained);
+  w.segment->note_events(1);
+}
+// ---- end of allocator statistics ----
+
 bool requests_pending() {
   for (const Request* r : {&g_seal_request, &g_modules_request, &g_owner_request}) {
     if (r->requested.load(std::memory_order_acquire) != r->done) return true;
@@ -612,6 +627,7 @@ void* writer_main(void*) {
     // as their rings fill, and exit, exec and dlclose as they ask, so only the periodic
     // checks (rotation by age, a host taking SIGPROF over) can wait that long.
     wait_ns = write_pending(*w) ? kDrainIntervalNs : std::min(2 * wait_ns, kIdleIntervalNs);
+    write_allocator_stats(*w);
     warm_up_for_children(*w);
     serve(g_modules_request, [&] {
       pthread_mutex_lock(&g_tools_mu);
