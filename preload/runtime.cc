@@ -485,6 +485,20 @@ bool open_segment(Writer& w) {
 
 bool drain(Writer& w);
 
+// ---- allocator statistics (issue 18) ----
+// jemalloc's own figures into the open segment about once a second, beside the samples,
+// and at every seal (`force`), so even a short run has a reading at its end.
+void write_allocator_stats(Writer& w, bool force = false) {
+  const uint64_t now = monotonic_ns();
+  if (!w.segment->is_open() || (!force && now - w.last_stats_ns < kSecond)) return;
+  w.last_stats_ns = now;
+  alloc::AllocatorStats s;
+  if (!alloc::read_allocator_stats(&s)) return;
+  w.segment->events().allocator_stats(now, s.allocated, s.active, s.resident, s.mapped, s.retained);
+  w.segment->note_events(1);
+}
+// ---- end of allocator statistics ----
+
 // Closes the current segment: the live set, then the seal (which adds the counters to the
 // closing metadata so every segment says how many samples were taken and dropped), then
 // retention. A segment rotated out while the program runs on (`rotating`) is compressed
@@ -493,6 +507,7 @@ bool drain(Writer& w);
 // change of owner) are the last word and drain nothing more.
 void seal(Writer& w, bool rotating = false) {
   if (!w.segment->is_open()) return;
+  write_allocator_stats(w, true);
   if (alloc::settings().liveset) w.collector.write_live_set(w.segment->events());
   alloc::Counters c = alloc::counters();
   Segment::SealOptions options;
@@ -565,19 +580,6 @@ bool write_pending(Writer& w) {
   }
   return busy;
 }
-
-// ---- allocator statistics (issue 18) ----
-// jemalloc's own figures into the open segment about once a second, beside the samples.
-void write_allocator_stats(Writer& w) {
-  const uint64_t now = monotonic_ns();
-  if (!w.segment->is_open() || now - w.last_stats_ns < kSecond) return;
-  w.last_stats_ns = now;
-  alloc::AllocatorStats s;
-  if (!alloc::read_allocator_stats(&s)) return;
-  w.segment->events().allocator_stats(now, s.allocated, s.active, s.resident, s.mapped, s.retained);
-  w.segment->note_events(1);
-}
-// ---- end of allocator statistics ----
 
 bool requests_pending() {
   for (const Request* r : {&g_seal_request, &g_modules_request, &g_owner_request}) {
