@@ -10,6 +10,7 @@
 
 #include "cli/export.h"
 #include "cli/flame.h"
+#include "cli/html_report.h"
 #include "cli/input.h"
 #include "cli/profile.h"
 #include "cli/report.h"
@@ -36,6 +37,10 @@ Commands:
   lifetimes PATH...     per site, how long sampled allocations lived (log buckets) and the
                         share freed within --temporary; sorted by temporary churn
   flame PATH...         flame graph: an interactive SVG (-o FILE) or folded stacks (--folded)
+  report PATH... -o F   one self-contained HTML page: summary, timelines (live heap by
+                        site with its band, jemalloc's figures, allocation rate, CPU per
+                        thread), a time window chosen by dragging (or #from=S&to=S) with
+                        its flame graphs and sites, and the tables of the other commands
   export PATH...        pprof protobuf (--format pprof) or one JSON object per event (jsonl)
   diff A B              per-site change in estimated bytes and in CPU share from A to B
   run [opts] -- CMD...  run CMD with libd9.so preloaded, then say where the trace went and
@@ -414,6 +419,30 @@ int cmd_flame(Args& a) {
   return 0;
 }
 
+int cmd_html_report(Args& a) {
+  if (a.paths.empty()) return usage_error("'report' needs a PATH");
+  Timeline tl;
+  a.load.sink = &tl;
+  a.load.track_live = true;
+  Profile p(a.load);
+  p.set_full_names(a.full_names);
+  if (int rc = load(a.paths, &p, true)) return rc;
+  tl.finish();
+  HtmlReportOptions o;
+  o.temporary_ns = a.temporary_ns;
+  if (!a.title.empty()) o.title = a.title;
+  if (p.damaged) {
+    o.damage = std::to_string(p.damaged) +
+               " damaged input file(s): what came before the damage is shown (see d9's stderr)";
+  }
+  FILE* out = open_output(a.output, false, "HTML");
+  if (!out) return 2;
+  write_html_report(out, p, tl, o);
+  if (!close_output(out, a.output)) return 1;
+  if (!a.output.empty() && a.output != "-") fprintf(stderr, "d9: wrote %s\n", a.output.c_str());
+  return 0;
+}
+
 int cmd_export(Args& a) {
   if (a.paths.empty()) return usage_error("'export' needs a PATH");
   std::string format = a.format.empty() ? "pprof" : a.format;
@@ -572,7 +601,7 @@ int main(int argc, char** argv) {
   }
   const bool known = cmd == "summary" || cmd == "alloc" || cmd == "leaks" || cmd == "cpu" ||
                      cmd == "flame" || cmd == "export" || cmd == "diff" || cmd == "peak" ||
-                     cmd == "lifetimes";
+                     cmd == "lifetimes" || cmd == "report";
   if (!known) return usage_error("unknown command '" + cmd + "'");
   std::vector<std::string> args;
   for (int i = 2; i < argc; ++i) {
@@ -592,6 +621,7 @@ int main(int argc, char** argv) {
   if (int rc = parse_args(args, &a)) return rc;
   if (cmd == "flame") return cmd_flame(a);
   if (cmd == "export") return cmd_export(a);
+  if (cmd == "report") return cmd_html_report(a);
   if (cmd == "diff") return cmd_diff(a);
   return cmd_report(a);
 }
