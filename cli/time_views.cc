@@ -15,6 +15,7 @@ std::vector<ProcessPeak> find_peaks(const Profile& p, const Timeline& tl) {
   std::vector<ProcessPeak> out;
   for (uint32_t pi = 0; pi < p.processes.size(); ++pi) {
     const ProcessInfo& pr = p.processes[pi];
+    if (pr.liveset_off()) continue;  // frees were not recorded: no live heap to follow
     ProcessPeak pk;
     pk.process = pi;
     pk.peak = tl.peak(pi);
@@ -228,7 +229,11 @@ void print_sizes(FILE* out, Profile& p, const Timeline& tl, const ReportOptions&
   std::map<std::vector<uint32_t>, size_t> index;
   for (size_t i = 0; i < rows.size(); ++i) index.emplace(rows[i].key, i);
   std::vector<Timeline::Sizes> hist(rows.size());
-  for (const auto& [stack, s] : tl.sizes()) {
+  for (uint32_t stack = 0; stack < tl.sizes().size(); ++stack) {
+    const Timeline::Sizes& s = tl.sizes()[stack];
+    if (std::all_of(std::begin(s.count), std::end(s.count), [](double c) { return c == 0; })) {
+      continue;
+    }
     auto it = index.find(p.group_key(stack, o.group, o.trim));
     if (it == index.end()) continue;
     for (int b = 0; b < Timeline::kSizeBuckets; ++b) hist[it->second].count[b] += s.count[b];

@@ -31,14 +31,10 @@ Timeline::Proc& Timeline::proc(uint32_t process) {
 void Timeline::on_alloc(uint32_t process, uint64_t ts, uint64_t addr, uint32_t stack, uint64_t size,
                         double w, double var, double inv_p, bool snapshot) {
   Proc& p = proc(process);
-  Key k{addr, ts, process};
   // A snapshot repeats the live samples already seen; it only adds those whose allocation
   // is in a segment no longer there (deleted by retention, or not given).
-  auto [it, inserted] = open_.try_emplace(k, static_cast<uint32_t>(p.samples.size()));
-  if (!inserted) {
-    if (snapshot) return;
-    it->second = static_cast<uint32_t>(p.samples.size());  // an address reused at the same ns
-  }
+  if (snapshot && p.open.find(addr, ts)) return;
+  p.open.insert(addr, ts, static_cast<uint32_t>(p.samples.size()));
   Sample s;
   s.t0 = ts;
   s.stack = stack;
@@ -49,16 +45,19 @@ void Timeline::on_alloc(uint32_t process, uint64_t ts, uint64_t addr, uint32_t s
   if (!snapshot) {
     const int b =
         size == 0 ? 0 : std::min(kSizeBuckets - 1, static_cast<int>(std::bit_width(size)) - 1);
+    if (sizes_.size() <= stack) sizes_.resize(size_t{stack} + 1);
     sizes_[stack].count[b] += inv_p;
   }
 }
 
 void Timeline::on_free(uint32_t process, uint64_t ts, uint64_t addr, uint64_t alloc_ts) {
-  auto it = open_.find(Key{addr, alloc_ts, process});
-  if (it == open_.end()) return;  // its allocation was not sampled (or is outside the inputs)
-  Sample& s = procs_[process].samples[it->second];
+  if (process >= procs_.size()) return;
+  Proc& p = procs_[process];
+  const uint32_t* i = p.open.find(addr, alloc_ts);
+  if (!i) return;  // its allocation was not sampled (or is outside the inputs)
+  Sample& s = p.samples[*i];
   s.t1 = std::max(ts, s.t0);
-  open_.erase(it);
+  p.open.erase(addr, alloc_ts);
 }
 
 void Timeline::on_cpu(uint32_t process, uint32_t thread, uint64_t ts, uint32_t stack) {
@@ -72,41 +71,17 @@ void Timeline::on_allocator_stats(uint32_t process, const AllocatorStats& s) {
 void Timeline::finish() {
   if (finished_) return;
   finished_ = true;
-  std::unordered_map<Key, uint32_t, KeyHash>().swap(open_);
   for (Proc& p : procs_) {
-    std::stable_sort(p.samples.begin(), p.samples.end(),
-                     [](const Sample& a, const Sample& b) { return a.t0 < b.t0; });
-    std::stable_sort(p.cpu.begin(), p.cpu.end(),
-                     [](const CpuPoint& a, const CpuPoint& b) { return a.ts < b.ts; });
+    p.open.clear();
+    std::sort(p.samples.begin(), p.samples.end(),
+              [](const Sample& a, const Sample& b) { return a.t0 < b.t0; });
+    std::sort(p.cpu.begin(), p.cpu.end(),
+              [](const CpuPoint& a, const CpuPoint& b) { return a.ts < b.ts; });
     std::stable_sort(
         p.stats.begin(), p.stats.end(),
         [](const AllocatorStats& a, const AllocatorStats& b) { return a.mono_ns < b.mono_ns; });
-    const size_t n = p.samples.size();
-    p.t0s.resize(n);
-    p.cum_w0.resize(n + 1);
-    p.cum_v0.resize(n + 1);
-    p.cum_w0[0] = p.cum_v0[0] = 0;
-    std::vector<uint32_t> freed;
-    for (size_t i = 0; i < n; ++i) {
-      const Sample& s = p.samples[i];
-      p.t0s[i] = s.t0;
-      p.cum_w0[i + 1] = p.cum_w0[i] + s.w;
-      p.cum_v0[i + 1] = p.cum_v0[i] + s.var;
-      if (s.t1 != UINT64_MAX) freed.push_back(static_cast<uint32_t>(i));
-    }
-    std::stable_sort(freed.begin(), freed.end(),
-                     [&](uint32_t a, uint32_t b) { return p.samples[a].t1 < p.samples[b].t1; });
-    p.t1s.resize(freed.size());
-    p.cum_w1.resize(freed.size() + 1);
-    p.cum_v1.resize(freed.size() + 1);
-    p.cum_w1[0] = p.cum_v1[0] = 0;
-    for (size_t i = 0; i < freed.size(); ++i) {
-      const Sample& s = p.samples[freed[i]];
-      p.t1s[i] = s.t1;
-      p.cum_w1[i + 1] = p.cum_w1[i] + s.w;
-      p.cum_v1[i + 1] = p.cum_v1[i] + s.var;
-    }
   }
+  for (uint32_t i = 0; i < procs_.size(); ++i) procs_[i].peak = find_peak(i);
 }
 
 const std::vector<Timeline::Sample>& Timeline::samples(uint32_t process) const {
@@ -127,39 +102,46 @@ const std::vector<AllocatorStats>& Timeline::allocator_stats(uint32_t process) c
 Timeline::Live Timeline::live_at(uint32_t process, uint64_t t) const {
   Live l;
   if (process >= procs_.size()) return l;
-  const Proc& p = procs_[process];
-  // Made at or before t, minus freed at or before t (a free at t ends the interval).
-  const size_t a = std::upper_bound(p.t0s.begin(), p.t0s.end(), t) - p.t0s.begin();
-  const size_t f = std::upper_bound(p.t1s.begin(), p.t1s.end(), t) - p.t1s.begin();
-  l.bytes = p.cum_w0[a] - p.cum_w1[f];
-  l.variance = p.cum_v0[a] - p.cum_v1[f];
+  // Made at or before t and not freed by then (a free at t ends the interval).
+  for (const Sample& s : procs_[process].samples) {
+    if (s.t0 > t) break;
+    if (s.t1 <= t) continue;
+    l.bytes += s.w;
+    l.variance += s.var;
+  }
   return l;
 }
 
 Timeline::Peak Timeline::peak(uint32_t process) const {
+  return process < procs_.size() ? procs_[process].peak : Peak{};
+}
+
+Timeline::Peak Timeline::find_peak(uint32_t process) const {
   Peak best;
   if (process >= procs_.size()) return best;
-  const Proc& p = procs_[process];
+  const std::vector<Sample>& samples = procs_[process].samples;
+  struct Free {
+    uint64_t t;
+    float w, var;
+  };
+  std::vector<Free> frees;
+  for (const Sample& s : samples) {
+    if (s.t1 != UINT64_MAX) frees.push_back({s.t1, s.w, s.var});
+  }
+  std::sort(frees.begin(), frees.end(), [](const Free& a, const Free& b) { return a.t < b.t; });
   // Sweep the allocation and free times in order; at equal times frees go first (an
   // allocation freed and another made in the same ns never overlap there).
   size_t a = 0, f = 0;
-  double bytes = 0, var = 0;
-  const size_t na = p.t0s.size(), nf = p.t1s.size();
+  double bytes = 0;
+  const size_t na = samples.size(), nf = frees.size();
   while (a < na) {
-    const uint64_t t = p.t0s[a];
-    for (; f < nf && p.t1s[f] <= t; ++f) {
-      bytes -= p.cum_w1[f + 1] - p.cum_w1[f];
-      var -= p.cum_v1[f + 1] - p.cum_v1[f];
-    }
-    for (; a < na && p.t0s[a] == t; ++a) {
-      bytes += p.cum_w0[a + 1] - p.cum_w0[a];
-      var += p.cum_v0[a + 1] - p.cum_v0[a];
-    }
+    const uint64_t t = samples[a].t0;
+    for (; f < nf && frees[f].t <= t; ++f) bytes -= frees[f].w;
+    for (; a < na && samples[a].t0 == t; ++a) bytes += samples[a].w;
     if (!best.found || bytes > best.live.bytes) {
       best.found = true;
       best.ts = t;
       best.live.bytes = bytes;
-      best.live.variance = var;
     }
   }
   if (best.found) best.live = live_at(process, best.ts);  // exact sums, no running error
@@ -186,11 +168,11 @@ void Timeline::live_by_stack(uint32_t process, uint64_t t, std::vector<LiveStat>
 void Timeline::alloc_by_stack(uint32_t process, uint64_t lo, uint64_t hi,
                               std::vector<MemStat>* out) const {
   if (process >= procs_.size()) return;
-  const Proc& p = procs_[process];
-  auto it = std::lower_bound(p.t0s.begin(), p.t0s.end(), lo);
-  for (size_t i = static_cast<size_t>(it - p.t0s.begin()); i < p.samples.size(); ++i) {
-    const Sample& s = p.samples[i];
-    if (s.t0 >= hi) break;
+  const std::vector<Sample>& samples = procs_[process].samples;
+  auto it = std::lower_bound(samples.begin(), samples.end(), lo,
+                             [](const Sample& s, uint64_t t) { return s.t0 < t; });
+  for (; it != samples.end() && it->t0 < hi; ++it) {
+    const Sample& s = *it;
     if (out->size() <= s.stack) out->resize(size_t{s.stack} + 1);
     MemStat& m = (*out)[s.stack];
     ++m.samples;
@@ -202,10 +184,11 @@ void Timeline::alloc_by_stack(uint32_t process, uint64_t lo, uint64_t hi,
 
 std::unordered_map<uint32_t, Timeline::StackLifetimes> Timeline::lifetimes(
     uint64_t temporary_ns) const {
-  std::unordered_map<uint32_t, StackLifetimes> out;
+  std::vector<StackLifetimes> by_stack;
   for (const Proc& p : procs_) {
     for (const Sample& s : p.samples) {
-      StackLifetimes& l = out[s.stack];
+      if (by_stack.size() <= s.stack) by_stack.resize(size_t{s.stack} + 1);
+      StackLifetimes& l = by_stack[s.stack];
       const bool live = s.t1 == UINT64_MAX;
       const uint64_t life = live ? 0 : s.t1 - s.t0;
       const int b = live ? kLifetimeBuckets - 1 : lifetime_bucket(life);
@@ -218,6 +201,10 @@ std::unordered_map<uint32_t, Timeline::StackLifetimes> Timeline::lifetimes(
         l.temporary_bytes += s.w;
       }
     }
+  }
+  std::unordered_map<uint32_t, StackLifetimes> out;
+  for (uint32_t s = 0; s < by_stack.size(); ++s) {
+    if (by_stack[s].count > 0) out.emplace(s, by_stack[s]);
   }
   return out;
 }

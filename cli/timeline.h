@@ -28,7 +28,8 @@
 //   event: L̂ changes only at sampled events, so one sweep over them finds the maximum.
 //
 // Memory: 32 bytes per sampled allocation and 16 per CPU sample, kept until the views are
-// built (the aggregate commands keep none of this; only these views need the order in time).
+// built (the aggregate commands keep none of this; only these views need the order in
+// time), plus 24 bytes per sample while peak() sorts the frees.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +37,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cli/live_table.h"
 #include "cli/profile.h"
 
 namespace d9::cli {
@@ -85,9 +87,10 @@ class Timeline : public EventSink {
   const std::vector<AllocatorStats>& allocator_stats(uint32_t process) const;  // by mono_ns
 
   // Estimated live bytes of a process at t (monotonic ns): allocations made at or before t
-  // and not freed by then. O(log n).
+  // and not freed by then. One pass over the samples.
   Live live_at(uint32_t process, uint64_t t) const;
-  // The moment of the highest estimated live heap of a process (first such moment).
+  // The moment of the highest estimated live heap of a process (first such moment); found
+  // by finish().
   Peak peak(uint32_t process) const;
   // Estimated live bytes per stack at t, with ages (t - allocation time) for LiveStat.
   void live_by_stack(uint32_t process, uint64_t t, std::vector<LiveStat>* out) const;
@@ -103,7 +106,8 @@ class Timeline : public EventSink {
   struct Sizes {
     double count[kSizeBuckets] = {};
   };
-  const std::unordered_map<uint32_t, Sizes>& sizes() const { return sizes_; }
+  // By stack id (shorter than the stack count when the last stacks allocated nothing).
+  const std::vector<Sizes>& sizes() const { return sizes_; }
   // Lifetime bucket of a duration in ns.
   static int lifetime_bucket(uint64_t ns);
   // Per stack: histogram, and the temporary share (freed within `temporary_ns`).
@@ -118,26 +122,14 @@ class Timeline : public EventSink {
     std::vector<Sample> samples;
     std::vector<CpuPoint> cpu;
     std::vector<AllocatorStats> stats;
-    // After finish(): frees in time order (t1, w, var) and prefix sums for live_at().
-    std::vector<uint64_t> t0s, t1s;
-    std::vector<double> cum_w0, cum_v0, cum_w1, cum_v1;
+    BasicLiveTable<uint32_t> open;  // samples not yet freed -> index in samples
+    Peak peak;
   };
-  struct Key {
-    uint64_t addr, ts;
-    uint32_t process;
-    bool operator==(const Key&) const = default;
-  };
-  struct KeyHash {
-    size_t operator()(const Key& k) const {
-      uint64_t h = (k.addr ^ (k.ts * 0x9E3779B97F4A7C15ULL) ^ k.process) * 0xBF58476D1CE4E5B9ULL;
-      return static_cast<size_t>(h ^ (h >> 32));
-    }
-  };
+  Peak find_peak(uint32_t process) const;
   Proc& proc(uint32_t process);
 
   std::vector<Proc> procs_;
-  std::unordered_map<Key, uint32_t, KeyHash> open_;  // live samples -> index in samples
-  std::unordered_map<uint32_t, Sizes> sizes_;
+  std::vector<Sizes> sizes_;
   bool finished_ = false;
 };
 

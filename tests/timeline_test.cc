@@ -173,10 +173,10 @@ TEST(Timeline, LifetimesPutTheChurnSiteInTheTemporaryBucket) {
 TEST(Timeline, SizesHistogramHasEachSiteInItsBucket) {
   const Fixture& f = fixture();
   const auto& sizes = f.tl.sizes();
-  ASSERT_TRUE(sizes.count(0));
-  EXPECT_GT(sizes.at(0).count[12], 0);  // 4096 = 2^12
-  EXPECT_EQ(sizes.at(0).count[11], 0);
-  EXPECT_GT(sizes.at(2).count[6], 0);  // 64 = 2^6
+  ASSERT_GE(sizes.size(), 3u);
+  EXPECT_GT(sizes[0].count[12], 0);  // 4096 = 2^12
+  EXPECT_EQ(sizes[0].count[11], 0);
+  EXPECT_GT(sizes[2].count[6], 0);  // 64 = 2^6
 }
 
 TEST(Timeline, AllocationsInAWindow) {
