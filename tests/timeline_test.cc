@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "alloc/sampler.h"
+#include "cli/html_report.h"
+#include "cli/time_views.h"
 #include "writer/decoder.h"
 #include "writer/encoder.h"
 
@@ -234,6 +236,54 @@ TEST(Timeline, AllocatorStatsRoundTripThroughTheProfile) {
   EXPECT_DOUBLE_EQ(tl.live_at(0, 5'000'001'500).bytes, 4096);
   EXPECT_DOUBLE_EQ(tl.live_at(0, 5'000'002'000).bytes, 0);
   EXPECT_EQ(tl.peak(0).ts, 5'000'001'000u);
+}
+
+}  // namespace
+}  // namespace d9::cli
+
+namespace d9::cli {
+namespace {
+
+// Hostile input: a valid segment with allocations, frees, CPU-free stats and a live
+// snapshot, mutated a few bytes at a time (wild timestamps, sizes, addresses) or cut short,
+// goes through the Profile, the Timeline, the views and the report's data without crashing,
+// and the data stays one JSON object. (The decoder itself has its libFuzzer target.)
+TEST(Timeline, MutatedSegmentsThroughEveryView) {
+  Encoder e;
+  e.begin_stream();
+  e.clock_sync(5'000'000'000, 1'700'000'000'000'000'000);
+  e.segment_metadata(5'000'000'100, {{"boot_id", "b-1"}, {"memory.sample_rate_bytes", "4096"}});
+  for (uint64_t i = 0; i < 40; ++i) {
+    const std::vector<uint64_t> stack = {0x401000 + i % 5, 0x402000};
+    e.alloc_event(5'000'001'000 + i * 1000, 7, 100 + i * 977, 0x1000 + i * 64, stack);
+    if (i % 3)
+      e.free_event(5'000'001'500 + i * 1000, 7, 0x1000 + i * 64, 0, 5'000'001'000 + i * 1000);
+  }
+  e.allocator_stats(5'000'050'000, 1, 2, 3, 4, 5);
+  const std::vector<uint8_t> good(e.bytes().begin(), e.bytes().end());
+  uint64_t rng = mix_seed(5, 5);
+  for (int round = 0; round < 1500; ++round) {
+    std::vector<uint8_t> bad = good;
+    const int flips = 1 + static_cast<int>(next_random(rng) % 4);
+    for (int k = 0; k < flips; ++k) {
+      bad[next_random(rng) % bad.size()] = static_cast<uint8_t>(next_random(rng));
+    }
+    if (round % 5 == 0) bad.resize(next_random(rng) % bad.size());
+    Timeline tl;
+    LoadOptions o;
+    o.sink = &tl;
+    Profile p(o);
+    p.add_bytes("mutated.bin", bad);
+    p.finish();
+    tl.finish();
+    HtmlReportOptions ho;
+    ho.bins = 50;
+    const std::string data = html_report_data(p, tl, ho);
+    ASSERT_FALSE(data.empty());
+    EXPECT_EQ(data.front(), '{');
+    EXPECT_EQ(data.back(), '}');
+    apply_live_at(p, tl, TimeBound{TimeBound::kRelative, 0.5, 0});
+  }
 }
 
 }  // namespace
