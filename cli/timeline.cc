@@ -40,7 +40,7 @@ void Timeline::on_alloc(uint32_t process, uint64_t ts, uint64_t addr, uint32_t s
   s.stack = stack;
   s.w = static_cast<float>(w);
   s.var = static_cast<float>(var);
-  s.n = static_cast<float>(inv_p);
+  s.size = static_cast<uint32_t>(std::min<uint64_t>(size, UINT32_MAX));
   p.samples.push_back(s);
   if (!snapshot) {
     const int b =
@@ -158,7 +158,8 @@ void Timeline::live_by_stack(uint32_t process, uint64_t t, std::vector<LiveStat>
     ++l.samples;
     l.bytes += s.w;
     l.variance += s.var;
-    l.objects += s.n;
+    l.objects += s.count();
+    l.raw_bytes += s.size;
     const uint64_t age = t - s.t0;
     l.oldest_ns = std::max(l.oldest_ns, age);
     l.age_sum_ns += static_cast<double>(age);
@@ -178,7 +179,8 @@ void Timeline::alloc_by_stack(uint32_t process, uint64_t lo, uint64_t hi,
     ++m.samples;
     m.bytes += s.w;
     m.variance += s.var;
-    m.objects += s.n;
+    m.objects += s.count();
+    m.raw_bytes += s.size;
   }
 }
 
@@ -192,12 +194,13 @@ std::unordered_map<uint32_t, Timeline::StackLifetimes> Timeline::lifetimes(
       const bool live = s.t1 == UINT64_MAX;
       const uint64_t life = live ? 0 : s.t1 - s.t0;
       const int b = live ? kLifetimeBuckets - 1 : lifetime_bucket(life);
-      l.hist.count[b] += s.n;
+      const double n = s.count();
+      l.hist.count[b] += n;
       l.hist.bytes[b] += s.w;
-      l.count += s.n;
+      l.count += n;
       l.bytes += s.w;
       if (!live && life < temporary_ns) {
-        l.temporary_count += s.n;
+        l.temporary_count += n;
         l.temporary_bytes += s.w;
       }
     }

@@ -48,8 +48,14 @@ class Timeline : public EventSink {
     uint64_t t0 = 0;           // allocated (monotonic ns)
     uint64_t t1 = UINT64_MAX;  // freed; UINT64_MAX while live
     uint32_t stack = 0;
-    float w = 0, var = 0, n = 0;  // weight, variance term, estimated count 1/p
+    float w = 0, var = 0;  // weight s/p and variance term w²(1-p)
+    uint32_t size = 0;     // sampled bytes, UINT32_MAX for 4 GiB and more
+    // Estimated count 1/p = w/s (1 from 4 GiB on, where p is 1 at any sane rate).
+    double count() const {
+      return size == UINT32_MAX ? 1.0 : size ? static_cast<double>(w) / size : 0.0;
+    }
   };
+  static_assert(sizeof(Sample) == 32, "32 bytes a sampled allocation (see Memory above)");
   struct CpuPoint {
     uint64_t ts = 0;
     uint32_t thread = 0, stack = 0;
