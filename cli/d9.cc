@@ -1,6 +1,7 @@
 // d9: answers from dial9 segments written by libd9.so. `d9 --help` lists the commands.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,11 +11,14 @@
 #include "cli/dump.h"
 #include "cli/export.h"
 #include "cli/flame.h"
+#include "cli/html_report.h"
 #include "cli/input.h"
 #include "cli/profile.h"
 #include "cli/report.h"
 #include "cli/run.h"
 #include "cli/symbolize.h"
+#include "cli/time_views.h"
+#include "cli/timeline.h"
 
 namespace d9::cli {
 namespace {
@@ -29,7 +33,15 @@ Commands:
   leaks PATH...         sampled allocations still live at the end, grouped by stack, with
                         estimated bytes and ages
   cpu PATH...           top functions by self and total on-CPU samples
+  peak PATH...          per process, the moment of the highest estimated live heap and the
+                        sites holding it then, with 95% intervals
+  lifetimes PATH...     per site, how long sampled allocations lived (log buckets) and the
+                        share freed within --temporary; sorted by temporary churn
   flame PATH...         flame graph: an interactive SVG (-o FILE) or folded stacks (--folded)
+  report PATH... -o F   one self-contained HTML page: summary, timelines (live heap by
+                        site with its band, jemalloc's figures, allocation rate, CPU per
+                        thread), a time window chosen by dragging (or #from=S&to=S) with
+                        its flame graphs and sites, and the tables of the other commands
   export PATH...        pprof protobuf (--format pprof) or one JSON object per event (jsonl)
   diff A B              per-site change in estimated bytes and in CPU share from A to B
   run [opts] -- CMD...  run CMD with libd9.so preloaded, then say where the trace went and
@@ -68,6 +80,10 @@ Reports (summary, alloc, leaks, cpu, diff):
                         they are shortened as pprof does: std::vector::push_back)
   --json                one JSON document instead of the table (full names and addresses)
   --by-thread           cpu: one table per thread
+  --at T                leaks, flame --kind live: the live set at T (same forms as --from)
+                        instead of at the end
+  --sizes               alloc: a size histogram (powers of two) per site
+  --temporary D         lifetimes: what counts as temporary (default 10ms)
 
 flame:
   --kind K              cpu, alloc or live (default: cpu when there are CPU samples, else
@@ -164,6 +180,10 @@ struct Args {
   bool folded = false;
   bool full_names = false;
   int width = 1200;
+  bool sizes = false;
+  std::string at_text;  // --at as given
+  TimeBound at;
+  uint64_t temporary_ns = 10'000'000;
 };
 
 // Parses the options of an analysis command (args after the command; "--opt=value" already
@@ -241,6 +261,19 @@ int parse_args(const std::vector<std::string>& args, Args* a) {
         return usage_error("--width PX (200-100000)");
       }
       a->width = static_cast<int>(n);
+    } else if (arg == "--at") {
+      std::string err;
+      if (!value(&a->at_text)) return usage_error("--at TIME");
+      if (!parse_time(a->at_text, &a->at, &err)) return usage_error(err);
+    } else if (arg == "--sizes") {
+      a->sizes = true;
+    } else if (arg == "--temporary") {
+      TimeBound b;
+      std::string err;
+      if (!value(&v) || !parse_time(v, &b, &err) || b.kind != TimeBound::kRelative) {
+        return usage_error("--temporary DURATION (10ms, 1s, ...)");
+      }
+      a->temporary_ns = static_cast<uint64_t>(std::llround(b.seconds * 1e9));
     } else if (arg == "--no-progress") {
       a->load.progress = false;
     } else if (arg == "-q" || arg == "--quiet") {
@@ -254,14 +287,16 @@ int parse_args(const std::vector<std::string>& args, Args* a) {
   return 0;
 }
 
-// Loads the inputs; returns 0 or an exit status (1 when nothing was readable).
-int load(const std::vector<std::string>& paths, Profile* p) {
+// Loads the inputs; returns 0 or an exit status (1 when nothing was readable). With
+// `origin`, the trace's start is found first (what relative times count from).
+int load(const std::vector<std::string>& paths, Profile* p, bool origin = false) {
   std::vector<std::string> missing;
   std::vector<std::string> files = collect_inputs(paths, &missing);
   if (files.empty()) {
     fprintf(stderr, "d9: no segments found in the given path(s)\n");
     return 1;
   }
+  if (origin) p->find_origin(files);
   if (!p->load(files)) {
     fprintf(stderr, "d9: nothing readable in %zu file(s)\n", files.size());
     return 1;
@@ -298,12 +333,28 @@ int cmd_report(Args& a) {
   if (c == "summary" && !a.frames_set) a.report.frames = 4;
   if (c == "cpu" && !a.group_set) a.report.group = Group::kFunction;
   a.load.track_live = c == "summary" || c == "leaks";
+  // The views over time keep every sample in time order (cli/timeline.h).
+  const bool at = c == "leaks" && a.at.kind != TimeBound::kNone;
+  const bool over_time = c == "peak" || c == "lifetimes" || (c == "alloc" && a.sizes) || at;
+  Timeline tl;
+  if (over_time) {
+    a.load.sink = &tl;
+    a.load.track_live = true;
+  }
   Profile p(a.load);
   p.set_full_names(a.full_names);
-  if (int rc = load(a.paths, &p)) return rc;
+  if (int rc = load(a.paths, &p, over_time)) return rc;
+  tl.finish();
+  if (at) {
+    apply_live_at(p, tl, a.at);
+    a.report.at = a.at_text;
+  }
   if (c == "summary") print_summary(stdout, p, a.report);
-  if (c == "alloc") print_alloc(stdout, p, a.report);
+  if (c == "alloc")
+    a.sizes ? print_sizes(stdout, p, tl, a.report) : print_alloc(stdout, p, a.report);
   if (c == "leaks") print_leaks(stdout, p, a.report);
+  if (c == "peak") print_peak(stdout, p, tl, a.report);
+  if (c == "lifetimes") print_lifetimes(stdout, p, tl, a.report, {a.temporary_ns});
   if (c == "cpu") print_cpu(stdout, p, a.report);
   return 0;
 }
@@ -313,9 +364,17 @@ int cmd_flame(Args& a) {
   Kind kind = Kind::kCpu;
   if (!a.kind.empty() && !parse_kind(a.kind, &kind)) return usage_error("--kind cpu|alloc|live");
   a.load.track_live = a.kind.empty() || kind == Kind::kLive;
+  const bool at = kind == Kind::kLive && a.at.kind != TimeBound::kNone;
+  if (a.at.kind != TimeBound::kNone && !at) return usage_error("--at needs --kind live");
+  Timeline tl;
+  if (at) a.load.sink = &tl;
   Profile p(a.load);
   p.set_full_names(a.full_names);
-  if (int rc = load(a.paths, &p)) return rc;
+  if (int rc = load(a.paths, &p, at)) return rc;
+  if (at) {
+    tl.finish();
+    apply_live_at(p, tl, a.at);
+  }
   if (a.kind.empty()) kind = p.cpu_total().samples ? Kind::kCpu : Kind::kAlloc;
   std::vector<Folded> stacks = folded_stacks(p, kind, a.report.group, a.report.by_thread);
   if (stacks.empty()) {
@@ -337,7 +396,8 @@ int cmd_flame(Args& a) {
         fo.title = "Allocation flame graph (estimated bytes allocated)";
         break;
       case Kind::kLive:
-        fo.title = "Live-set flame graph (estimated bytes live at the end)";
+        fo.title = at ? "Live-set flame graph (estimated bytes live at " + a.at_text + ")"
+                      : "Live-set flame graph (estimated bytes live at the end)";
         break;
     }
     if (!a.title.empty()) fo.title = a.title;
@@ -368,6 +428,30 @@ int cmd_flame(Args& a) {
     fprintf(stderr, "d9: wrote %s (%s, %zu stacks)\n", a.output.c_str(), kind_name(kind),
             stacks.size());
   }
+  return 0;
+}
+
+int cmd_html_report(Args& a) {
+  if (a.paths.empty()) return usage_error("'report' needs a PATH");
+  Timeline tl;
+  a.load.sink = &tl;
+  a.load.track_live = true;
+  Profile p(a.load);
+  p.set_full_names(a.full_names);
+  if (int rc = load(a.paths, &p, true)) return rc;
+  tl.finish();
+  HtmlReportOptions o;
+  o.temporary_ns = a.temporary_ns;
+  if (!a.title.empty()) o.title = a.title;
+  if (p.damaged) {
+    o.damage = std::to_string(p.damaged) +
+               " damaged input file(s): what came before the damage is shown (see d9's stderr)";
+  }
+  FILE* out = open_output(a.output, false, "HTML");
+  if (!out) return 2;
+  write_html_report(out, p, tl, o);
+  if (!close_output(out, a.output)) return 1;
+  if (!a.output.empty() && a.output != "-") fprintf(stderr, "d9: wrote %s\n", a.output.c_str());
   return 0;
 }
 
@@ -562,7 +646,8 @@ int main(int argc, char** argv) {
     }
   }
   const bool known = cmd == "summary" || cmd == "alloc" || cmd == "leaks" || cmd == "cpu" ||
-                     cmd == "flame" || cmd == "export" || cmd == "diff";
+                     cmd == "flame" || cmd == "export" || cmd == "diff" || cmd == "peak" ||
+                     cmd == "lifetimes" || cmd == "report";
   if (!known) return usage_error("unknown command '" + cmd + "'");
   std::vector<std::string> args;
   for (int i = 2; i < argc; ++i) {
@@ -582,6 +667,7 @@ int main(int argc, char** argv) {
   if (int rc = parse_args(args, &a)) return rc;
   if (cmd == "flame") return cmd_flame(a);
   if (cmd == "export") return cmd_export(a);
+  if (cmd == "report") return cmd_html_report(a);
   if (cmd == "diff") return cmd_diff(a);
   return cmd_report(a);
 }

@@ -290,19 +290,25 @@ const char* kind_name(Kind k) {
   return "cpu";
 }
 
+std::vector<std::string> flame_frames(Profile& p, uint32_t stack, Group labels) {
+  if (labels == Group::kStack) labels = Group::kFunction;
+  std::vector<std::string> parts;
+  for (uint32_t f : p.stack(stack)) {
+    for (uint32_t l : p.labels(f, labels)) parts.push_back(clean_frame(p.label(l)));
+  }
+  if (parts.empty()) parts.push_back("(no stack)");
+  std::reverse(parts.begin(), parts.end());
+  return parts;
+}
+
 std::vector<Folded> folded_stacks(Profile& p, Kind kind, Group labels, bool by_thread) {
   if (labels == Group::kStack) labels = Group::kFunction;
   std::map<std::string, double> acc;
   auto stack_text = [&](uint32_t s) {
-    std::vector<std::string> parts;
-    for (uint32_t f : p.stack(s)) {
-      for (uint32_t l : p.labels(f, labels)) parts.push_back(clean_frame(p.label(l)));
-    }
-    if (parts.empty()) parts.push_back("(no stack)");
     std::string out;
-    for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    for (const std::string& f : flame_frames(p, s, labels)) {
       if (!out.empty()) out += ';';
-      out += *it;
+      out += f;
     }
     return out;
   };

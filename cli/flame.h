@@ -26,6 +26,11 @@ struct Folded {
 // (cpu only) each stack starts with a "thread TID (name)" frame. Sorted by stack.
 std::vector<Folded> folded_stacks(Profile& p, Kind kind, Group labels, bool by_thread);
 
+// The frames of one stack as a flame graph shows them, root first, inlined frames expanded,
+// ';' replaced (folded-stack safe); "(no stack)" for an empty stack. The HTML report draws
+// its flame graphs from these too.
+std::vector<std::string> flame_frames(Profile& p, uint32_t stack, Group labels);
+
 // "stack value\n" lines, values rounded to integers.
 void write_folded(FILE* out, const std::vector<Folded>& stacks);
 

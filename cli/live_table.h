@@ -16,19 +16,31 @@ struct LiveAlloc {
   uint64_t rate = 0;
 };
 
-class LiveTable {
+// Keyed by (address, allocation timestamp); the value is a LiveAlloc for the live set, a
+// sample's index for the views over time (cli/timeline.h).
+template <class V>
+class BasicLiveTable {
  public:
   struct Slot {
     uint64_t addr = 0;
     uint64_t ts = kEmpty;  // kEmpty marks a free slot
-    LiveAlloc value;
+    V value;
   };
   static constexpr uint64_t kEmpty = ~uint64_t{0};
 
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
-  void insert(uint64_t addr, uint64_t ts, const LiveAlloc& v) {
+  // The value of (addr, ts), or null.
+  V* find(uint64_t addr, uint64_t ts) {
+    if (size_ == 0 || ts == kEmpty) return nullptr;
+    for (size_t i = index(addr, ts); slots_[i].ts != kEmpty; i = (i + 1) & mask_) {
+      if (slots_[i].addr == addr && slots_[i].ts == ts) return &slots_[i].value;
+    }
+    return nullptr;
+  }
+
+  void insert(uint64_t addr, uint64_t ts, const V& v) {
     if (ts == kEmpty) return;
     if ((size_ + 1) * 2 > slots_.size()) grow();
     size_t i = index(addr, ts);
@@ -101,5 +113,7 @@ class LiveTable {
   size_t mask_ = 0;
   size_t size_ = 0;
 };
+
+using LiveTable = BasicLiveTable<LiveAlloc>;
 
 }  // namespace d9::cli

@@ -315,23 +315,34 @@ uint32_t Profile::intern_stack(uint32_t process, decode::U64ArrayView pcs) {
   return id;
 }
 
+int64_t Profile::origin_mono(const ProcessInfo& p) const {
+  return p.has_clock && origin_wall_ != 0
+             ? wrap_sub(static_cast<uint64_t>(origin_wall_), static_cast<uint64_t>(p.clock_offset))
+             : static_cast<int64_t>(origin_mono_);
+}
+
+int64_t Profile::to_mono(const ProcessInfo& p, const TimeBound& b) const {
+  if (b.kind == TimeBound::kRelative) {
+    return wrap_add(static_cast<uint64_t>(origin_mono(p)),
+                    static_cast<int64_t>(std::llround(b.seconds * 1e9)));
+  }
+  if (b.kind == TimeBound::kWall && p.has_clock) {
+    return wrap_sub(static_cast<uint64_t>(b.wall_ns), static_cast<uint64_t>(p.clock_offset));
+  }
+  return INT64_MIN;
+}
+
 void Profile::resolve_window(const ProcessInfo& p, int64_t* lo, int64_t* hi) const {
   *lo = INT64_MIN;
   *hi = INT64_MAX;
-  auto to_mono = [&](const TimeBound& b, int64_t* out) {
-    if (b.kind == TimeBound::kRelative) {
-      int64_t delta = static_cast<int64_t>(std::llround(b.seconds * 1e9));
-      *out = p.has_clock && origin_wall_ != 0
-                 ? static_cast<int64_t>(static_cast<uint64_t>(origin_wall_) +
-                                        static_cast<uint64_t>(delta) -
-                                        static_cast<uint64_t>(p.clock_offset))
-                 : wrap_add(origin_mono_, delta);
-    } else if (b.kind == TimeBound::kWall && p.has_clock) {
-      *out = wrap_sub(static_cast<uint64_t>(b.wall_ns), static_cast<uint64_t>(p.clock_offset));
-    }
-  };
-  to_mono(options_.filter.from, lo);
-  to_mono(options_.filter.to, hi);
+  const TimeBound& from = options_.filter.from;
+  const TimeBound& to = options_.filter.to;
+  if (from.kind == TimeBound::kRelative || (from.kind == TimeBound::kWall && p.has_clock)) {
+    *lo = to_mono(p, from);
+  }
+  if (to.kind == TimeBound::kRelative || (to.kind == TimeBound::kWall && p.has_clock)) {
+    *hi = to_mono(p, to);
+  }
 }
 
 bool Profile::keep_tid(uint32_t tid) const {
@@ -374,6 +385,9 @@ class Profile::Folder : public decode::Visitor {
       bind(kLive, {"tid", "size", "addr", "alloc_timestamp_ns", "callchain"});
     } else if (n == kModuleEvent) {
       bind(kModule, {"path", "build_id", "start", "end", "bias"});
+    } else if (n == kAllocatorStatsEvent && sink_) {
+      bind(kStats, {"mono_ns", "allocated", "active", "resident", "mapped"});
+      retained_field_ = static_cast<int16_t>(schema.FieldIndex("retained"));
     }
   }
 
@@ -419,13 +433,26 @@ class Profile::Folder : public decode::Visitor {
         m.variance += w.var;
         m.objects += w.inv_p;
         if (track_) p_.live_state_[pi_].insert(u(e, b.f[2]), ts, {s, tid, size, rate_});
+        if (sink_) sink_->on_alloc(pi_, ts, u(e, b.f[2]), s, size, w.w, w.var, w.inv_p, false);
         return true;
       }
       case kFree:
         seen(ts);
         ++p.free_events;
         if (track_) p_.live_state_[pi_].erase(u(e, b.f[1]), u(e, b.f[3]));
+        if (sink_) sink_->on_free(pi_, ts, u(e, b.f[1]), u(e, b.f[3]));
         return true;
+      case kStats: {
+        AllocatorStats st;
+        st.mono_ns = u(e, b.f[0]);
+        st.allocated = u(e, b.f[1]);
+        st.active = u(e, b.f[2]);
+        st.resident = u(e, b.f[3]);
+        st.mapped = u(e, b.f[4]);
+        st.retained = u(e, retained_field_);
+        sink_->on_allocator_stats(pi_, st);
+        return true;
+      }
       case kLive: {
         if (!p_.options_.track_live) return true;
         if (!snapshot_) {
@@ -437,8 +464,13 @@ class Profile::Folder : public decode::Visitor {
         const uint32_t tid = static_cast<uint32_t>(u(e, b.f[0]));
         const uint64_t alloc_ts = u(e, b.f[3]);
         if (!keep(tid, alloc_ts)) return true;
-        p_.live_state_[pi_].insert(u(e, b.f[2]), alloc_ts,
-                                   {stack(e, b.f[4]), tid, u(e, b.f[1]), rate_});
+        const uint32_t s = stack(e, b.f[4]);
+        const uint64_t size = u(e, b.f[1]);
+        p_.live_state_[pi_].insert(u(e, b.f[2]), alloc_ts, {s, tid, size, rate_});
+        if (sink_) {
+          const Weight& w = weight(size);
+          sink_->on_alloc(pi_, alloc_ts, u(e, b.f[2]), s, size, w.w, w.var, w.inv_p, true);
+        }
         return true;
       }
       case kCpu: {
@@ -465,6 +497,7 @@ class Profile::Folder : public decode::Visitor {
         CpuStat& bt = p_.cpu_by_thread_[(uint64_t{ti} << 32) | s];
         ++bt.samples;
         bt.ns += ns_per_sample_;
+        if (sink_) sink_->on_cpu(pi_, ti, ts, s);
         return true;
       }
       case kOverflow:
@@ -525,7 +558,8 @@ class Profile::Folder : public decode::Visitor {
     kMeta,
     kSymbol,
     kLive,
-    kModule
+    kModule,
+    kStats
   };
   struct Binding {
     Kind kind = kOther;
@@ -699,6 +733,8 @@ class Profile::Folder : public decode::Visitor {
   double ns_per_sample_ = 1e9 / kDefaultCpuHz;
   int64_t lo_ = INT64_MIN, hi_ = INT64_MAX;
   const bool filter_tids_ = !p_.options_.filter.tids.empty();
+  EventSink* const sink_ = p_.options_.sink;
+  int16_t retained_field_ = -1;
   uint64_t first_ = UINT64_MAX, last_ = 0;
   uint32_t last_tid_ = ~uint32_t{0}, last_thread_ = 0;
   Weight weights_[kWeightSlots];

@@ -132,11 +132,35 @@ struct Module {
 };
 inline constexpr char kModuleEvent[] = "Libd9Module";
 
+// jemalloc's own figures at one moment (Libd9AllocatorStats, written by the writer thread
+// about once a second): what the allocator really holds beside the sampled estimate.
+struct AllocatorStats {
+  uint64_t mono_ns = 0;
+  uint64_t allocated = 0, active = 0, resident = 0, mapped = 0, retained = 0;
+};
+inline constexpr char kAllocatorStatsEvent[] = "Libd9AllocatorStats";
+
+// Receives the events a Profile folds in, one at a time, for the views over time
+// (cli/timeline.h). Only events the filters keep; process, thread and stack are the
+// Profile's indices.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  // A sampled allocation with its Horvitz–Thompson weight w, variance term w²(1-p) and
+  // estimated count 1/p. `snapshot`: from a Libd9LiveAllocation (it may repeat one seen).
+  virtual void on_alloc(uint32_t process, uint64_t ts, uint64_t addr, uint32_t stack, uint64_t size,
+                        double w, double var, double inv_p, bool snapshot) = 0;
+  virtual void on_free(uint32_t process, uint64_t ts, uint64_t addr, uint64_t alloc_ts) = 0;
+  virtual void on_cpu(uint32_t process, uint32_t thread, uint64_t ts, uint32_t stack) = 0;
+  virtual void on_allocator_stats(uint32_t process, const AllocatorStats& s) = 0;
+};
+
 struct LoadOptions {
   Filter filter;
-  bool track_live = true;  // pair frees with allocations (leaks, summary, live flame/export)
-  bool progress = true;    // progress line on a terminal
-  bool quiet = false;      // no per-file error lines
+  EventSink* sink = nullptr;  // also told every event kept
+  bool track_live = true;     // pair frees with allocations (leaks, summary, live flame/export)
+  bool progress = true;       // progress line on a terminal
+  bool quiet = false;         // no per-file error lines
 };
 
 class Profile {
@@ -166,6 +190,12 @@ class Profile {
   void find_origin(const std::vector<std::string>& files);
   // The --from/--to window of a process on its monotonic clock: [lo, hi).
   void resolve_window(const ProcessInfo& p, int64_t* lo, int64_t* hi) const;
+  // A time bound on a process's monotonic clock (needs the origin for relative bounds).
+  int64_t to_mono(const ProcessInfo& p, const TimeBound& b) const;
+  // The trace's origin on a process's monotonic clock (what relative times count from).
+  int64_t origin_mono(const ProcessInfo& p) const;
+  // Replaces the live set (for `--at`: the live set at another moment, cli/timeline.h).
+  void set_live(std::vector<LiveStat> live) { live_ = std::move(live); }
   // Inside the --tid list?
   bool keep_tid(uint32_t tid) const;
 

@@ -9,8 +9,6 @@
 
 namespace d9::cli {
 
-namespace {
-
 using ull = unsigned long long;
 
 double pct(double part, double whole) {
@@ -47,6 +45,8 @@ std::string fmt_duration(double ns) {
   }
   return buf;
 }
+
+namespace {
 
 std::string rates_text(const Profile& p) {
   std::set<uint64_t> rates;
@@ -100,6 +100,8 @@ std::vector<Row<Stat>> group_rows(Profile& p, const std::vector<Stat>& by_stack,
   });
   return rows;
 }
+
+}  // namespace
 
 std::string frame_json(const Profile& p, uint32_t frame) {
   const Profile::Frame& fr = p.frame(frame);
@@ -184,6 +186,8 @@ std::string processes_json(const Profile& p) {
   }
   return out + "]";
 }
+
+namespace {
 
 const char* group_name(Group g) {
   switch (g) {
@@ -298,7 +302,12 @@ std::vector<Row<MemStat>> group_alloc(Profile& p, Group g, bool trim) {
 }
 
 std::vector<Row<LiveStat>> group_live(Profile& p, Group g, bool trim) {
-  return group_rows(p, p.live(), g, trim, [](const LiveStat& s) { return s.bytes; });
+  return group_live(p, p.live(), g, trim);
+}
+
+std::vector<Row<LiveStat>> group_live(Profile& p, const std::vector<LiveStat>& by_stack, Group g,
+                                      bool trim) {
+  return group_rows(p, by_stack, g, trim, [](const LiveStat& s) { return s.bytes; });
 }
 
 std::vector<CpuRow> group_cpu(Profile& p, Group g, int64_t thread) {
@@ -424,11 +433,12 @@ void print_leaks(FILE* out, Profile& p, const ReportOptions& o) {
   }
   if (o.json) {
     fprintf(out,
-            "{\"group\":\"%s\",\"processes\":%s,\"liveset_off_processes\":%zu,"
+            "{\"group\":\"%s\",%s\"processes\":%s,\"liveset_off_processes\":%zu,"
             "\"dropped_frees\":%llu,\"upper_bound\":%s,\"total\":{%s},\"sites\":[",
-            group_name(o.group), processes_json(p).c_str(), off,
-            static_cast<ull>(p.dropped_frees()), p.dropped_frees() ? "true" : "false",
-            mem_json(total, total.bytes).c_str());
+            group_name(o.group),
+            o.at.empty() ? "" : ("\"at\":\"" + json_escape(o.at) + "\",").c_str(),
+            processes_json(p).c_str(), off, static_cast<ull>(p.dropped_frees()),
+            p.dropped_frees() ? "true" : "false", mem_json(total, total.bytes).c_str());
     for (size_t i = 0; i < rows.size() && i < o.top; ++i) {
       const Row<LiveStat>& r = rows[i];
       double mean = r.stat.samples ? r.stat.age_sum_ns / static_cast<double>(r.stat.samples) : 0;
@@ -454,6 +464,11 @@ void print_leaks(FILE* out, Profile& p, const ReportOptions& o) {
             "left out\n",
             off, p.processes.size());
   }
+  if (!o.at.empty()) {
+    fprintf(out, "live set at %s: sampled allocations made by then and not freed by then\n",
+            o.at.c_str());
+    snapshot = paired = false;
+  }
   if (snapshot) {
     fprintf(out,
             "live set: the Libd9LiveAllocation snapshot written at the last seal, updated by "
@@ -471,10 +486,9 @@ void print_leaks(FILE* out, Profile& p, const ReportOptions& o) {
             p.processes.size() == 1 ? "the trace" : "some processes");
   }
   print_drop_warning(out, p, true);
-  fprintf(out,
-          "live at the end: %llu sampled allocations, estimated %s ±%.1f%% (95%%) in %zu sites\n",
-          static_cast<ull>(total.samples), human_bytes(total.bytes).c_str(),
-          pct(total.ci95(), total.bytes), rows.size());
+  fprintf(out, "live at %s: %llu sampled allocations, estimated %s ±%.1f%% (95%%) in %zu sites\n",
+          o.at.empty() ? "the end" : o.at.c_str(), static_cast<ull>(total.samples),
+          human_bytes(total.bytes).c_str(), pct(total.ci95(), total.bytes), rows.size());
   if (total.samples == 0) return;
   print_live_table(out, p, rows, total.bytes, o);
 }

@@ -17,6 +17,7 @@ struct ReportOptions {
   bool json = false;
   bool by_thread = false;
   bool trim = true;  // memory sites: skip leaf-side allocation plumbing (Profile::group_key)
+  std::string at;    // leaks: the moment of the live set when not the end (`--at`)
 };
 
 // Stacks grouped by Profile::group_key, heaviest first.
@@ -29,6 +30,9 @@ struct Row {
 };
 std::vector<Row<MemStat>> group_alloc(Profile& p, Group g, bool trim = true);
 std::vector<Row<LiveStat>> group_live(Profile& p, Group g, bool trim = true);
+// The same over a live set other than the Profile's (the live set at another moment).
+std::vector<Row<LiveStat>> group_live(Profile& p, const std::vector<LiveStat>& by_stack, Group g,
+                                      bool trim = true);
 
 struct CpuRow {
   std::vector<uint32_t> key;
@@ -43,6 +47,18 @@ std::vector<CpuRow> group_cpu(Profile& p, Group g, int64_t thread = -1);
 std::string site_name(const Profile& p, const std::vector<uint32_t>& key, Group g, int frames);
 // Key as one string, for diffs between two profiles.
 std::string key_string(const Profile& p, const std::vector<uint32_t>& key);
+
+// Pieces of the reports shared with the views over time (cli/time_views.h).
+using ull = unsigned long long;
+double pct(double part, double whole);
+std::string fmt_count(double v);
+std::string fmt_duration(double ns);
+std::string frame_json(const Profile& p, uint32_t frame);
+std::string labels_json(const Profile& p, const std::vector<uint32_t>& key);
+std::string stack_json(const Profile& p, uint32_t stack);
+// "est_bytes", "ci95_bytes", "est_allocs", "samples", "sampled_bytes", "share" members.
+std::string mem_json(const MemStat& s, double total);
+std::string processes_json(const Profile& p);
 
 void print_summary(FILE* out, Profile& p, const ReportOptions& o);
 void print_alloc(FILE* out, Profile& p, const ReportOptions& o);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc/allocator_stats.h"
 #include "alloc/collector.h"
 #include "alloc/cpu_collector.h"
 #include "alloc/profiler.h"
@@ -160,6 +161,7 @@ struct Writer {
   uint64_t retry_after_ns = 0;      // back-off after a failed open or write
   uint64_t last_error_log_ns = 0;   // write errors are reported at most once a minute
   uint64_t last_dump_check_ns = 0;  // see serve_dump_requests()
+  uint64_t last_stats_ns = 0;       // see write_allocator_stats()
 };
 
 Writer* g_writer = nullptr;  // owned by the writer thread; abandoned (never freed) on fork
@@ -486,6 +488,20 @@ bool open_segment(Writer& w) {
 
 bool drain(Writer& w);
 
+// ---- allocator statistics (issue 18) ----
+// jemalloc's own figures into the open segment about once a second, beside the samples,
+// and at every seal (`force`), so even a short run has a reading at its end.
+void write_allocator_stats(Writer& w, bool force = false) {
+  const uint64_t now = monotonic_ns();
+  if (!w.segment->is_open() || (!force && now - w.last_stats_ns < kSecond)) return;
+  w.last_stats_ns = now;
+  alloc::AllocatorStats s;
+  if (!alloc::read_allocator_stats(&s)) return;
+  w.segment->events().allocator_stats(now, s.allocated, s.active, s.resident, s.mapped, s.retained);
+  w.segment->note_events(1);
+}
+// ---- end of allocator statistics ----
+
 // Closes the current segment: the live set, then the seal (which adds the counters to the
 // closing metadata so every segment says how many samples were taken and dropped), then
 // retention. A segment rotated out while the program runs on (`rotating`) is compressed
@@ -495,6 +511,7 @@ bool drain(Writer& w);
 // path ("" when nothing was open, or the segment was dropped).
 std::string seal(Writer& w, bool rotating = false) {
   if (!w.segment->is_open()) return "";
+  write_allocator_stats(w, true);
   if (alloc::settings().liveset) w.collector.write_live_set(w.segment->events());
   alloc::Counters c = alloc::counters();
   Segment::SealOptions options;
@@ -629,6 +646,7 @@ void* writer_main(void*) {
     // as their rings fill, and exit, exec and dlclose as they ask, so only the periodic
     // checks (rotation by age, a host taking SIGPROF over) can wait that long.
     wait_ns = write_pending(*w) ? kDrainIntervalNs : std::min(2 * wait_ns, kIdleIntervalNs);
+    write_allocator_stats(*w);
     warm_up_for_children(*w);
     serve(g_modules_request, [&] {
       pthread_mutex_lock(&g_tools_mu);

@@ -13,6 +13,7 @@ packages=(
   libpython3.11-testsuite                   # CPython's own regression tests (python3 -m test)
   redis-server redis-tools                  # redis-server, redis-benchmark, redis-cli
   nginx wrk                                 # a static file server and its load generator
+  chromium                                  # headless browser for the HTML report's tests
 )
 
 missing=()

@@ -43,6 +43,10 @@ constexpr FieldSpec kModuleFields[] = {
     {"path", T(FieldType::kString)},  {"build_id", T(FieldType::kString)},
     {"start", T(FieldType::kVarint)}, {"end", T(FieldType::kVarint)},
     {"bias", T(FieldType::kVarint)},  {"loaded", T(FieldType::kBool)}};
+constexpr FieldSpec kAllocatorStatsFields[] = {
+    {"mono_ns", T(FieldType::kVarint)}, {"allocated", T(FieldType::kVarint)},
+    {"active", T(FieldType::kVarint)},  {"resident", T(FieldType::kVarint)},
+    {"mapped", T(FieldType::kVarint)},  {"retained", T(FieldType::kVarint)}};
 constexpr FieldSpec kSymbolFields[] = {{"addr", T(FieldType::kVarint)},
                                        {"size", T(FieldType::kVarint)},
                                        {"symbol_name", T(FieldType::kPooledString)},
@@ -57,6 +61,7 @@ const EventSpec kOverflow{fmt::kMemoryProfileOverflowEvent, true, kOverflowField
 const EventSpec kCpu{fmt::kCpuSampleEvent, true, kCpuFields};
 const EventSpec kLive{fmt::kLiveAllocation, false, kLiveFields};
 const EventSpec kModule{fmt::kModuleEntry, false, kModuleFields};
+const EventSpec kAllocatorStatsSpec{fmt::kAllocatorStats, false, kAllocatorStatsFields};
 const EventSpec kSymbol{fmt::kSymbolTableEntry, true, kSymbolFields};
 
 }  // namespace
@@ -292,6 +297,12 @@ void Encoder::live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64
   put_varint(addr);
   put_varint(alloc_ts);
   put_u32(stack_id);
+}
+
+void Encoder::allocator_stats(uint64_t mono_ns, uint64_t allocated, uint64_t active,
+                              uint64_t resident, uint64_t mapped, uint64_t retained) {
+  event_header(kAllocatorStatsSpec, 0);
+  for (uint64_t v : {mono_ns, allocated, active, resident, mapped, retained}) put_varint(v);
 }
 
 void Encoder::module_entry(std::string_view path, std::string_view build_id, uint64_t start,

@@ -60,6 +60,10 @@ class Encoder {
   // symbolized offline (`d9 symbolize`) when it was sealed without symbols.
   void module_entry(std::string_view path, std::string_view build_id, uint64_t start, uint64_t end,
                     uint64_t bias, bool loaded);
+  // d9's own event (no timestamp; the time is the mono_ns field): jemalloc's stats.allocated,
+  // active, resident, mapped and retained, written by the writer about once a second.
+  void allocator_stats(uint64_t mono_ns, uint64_t allocated, uint64_t active, uint64_t resident,
+                       uint64_t mapped, uint64_t retained);
   void symbol_entry(uint64_t addr, uint64_t size, std::string_view name, uint64_t inline_depth,
                     std::string_view file, uint64_t line);
 

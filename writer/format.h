@@ -58,6 +58,8 @@ inline constexpr char kSymbolTableEntry[] = "SymbolTableEntry";
 inline constexpr char kLiveAllocation[] = "Libd9LiveAllocation";
 // d9's own, untimestamped: one module (path, build-id, range, load bias, still loaded?).
 inline constexpr char kModuleEntry[] = "Libd9Module";
+// d9's own, untimestamped (its time is a field): jemalloc's statistics at one moment.
+inline constexpr char kAllocatorStats[] = "Libd9AllocatorStats";
 
 // Magic bytes of the compressed containers segments may come in.
 inline constexpr uint8_t kZstdMagic[4] = {0x28, 0xB5, 0x2F, 0xFD};
