@@ -826,9 +826,13 @@ class RealProgramsNginx : public RealPrograms {
         << "  gzip on;\n  gzip_types text/plain;\n  gzip_http_version 1.0;\n"
            "  client_body_temp_path "
         << root << "/tmp_body;\n  proxy_temp_path " << root << "/tmp_proxy;\n  fastcgi_temp_path "
-        << root << "/tmp_fastcgi;\n  uwsgi_temp_path " << root << "/tmp_uwsgi;\n  scgi_temp_path "
-        << root << "/tmp_scgi;\n  server {\n    listen 127.0.0.1:" << port << ";\n    root " << root
-        << "/www;\n  }\n}\n";
+        << root << "/tmp_fastcgi;\n  uwsgi_temp_path " << root
+        << "/tmp_uwsgi;\n  scgi_temp_path "
+        // reuseport: one socket per worker, connections hashed across them. With one shared
+        // socket, a loaded machine let one worker take all 16 of wrk's connections, and the
+        // idle one recorded nothing (so, rightly, wrote no trace).
+        << root << "/tmp_scgi;\n  server {\n    listen 127.0.0.1:" << port
+        << " reuseport;\n    root " << root << "/www;\n  }\n}\n";
   }
 
   // nginx in `root` as a non-daemon master with 2 workers, on a free port: checks what it
