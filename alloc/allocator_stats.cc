@@ -25,6 +25,13 @@ bool read_allocator_stats(AllocatorStats* out) {
     if (d9_je_mallctl(f.name, &v, &len, nullptr, 0) != 0) return false;
     *f.value = v;
   }
+  // 4096: MALLCTL_ARENAS_ALL, the sum over every arena.
+  size_t page = 0, dirty = 0, muzzy = 0;
+  len = sizeof(page);
+  d9_je_mallctl("arenas.page", &page, &len, nullptr, 0);
+  d9_je_mallctl("stats.arenas.4096.pdirty", &dirty, &len, nullptr, 0);
+  d9_je_mallctl("stats.arenas.4096.pmuzzy", &muzzy, &len, nullptr, 0);
+  out->purgeable = (dirty + muzzy) * page;
   return true;
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "alloc/allocator_stats.h"
 #include "alloc/jemalloc_api.h"
 
 #define D9_EXPORT extern "C" __attribute__((visibility("default")))
@@ -29,30 +30,9 @@
 namespace d9 {
 namespace {
 
-struct HeapStats {
-  size_t allocated = 0, active = 0, resident = 0, mapped = 0, retained = 0;
-  size_t purgeable = 0;  // dirty + muzzy bytes
-};
-
-size_t read_size(const char* name) {
-  size_t v = 0, len = sizeof(v);
-  return d9_je_mallctl(name, &v, &len, nullptr, 0) == 0 ? v : 0;
-}
-
-HeapStats read_stats() {
-  uint64_t epoch = 1;
-  size_t len = sizeof(epoch);
-  d9_je_mallctl("epoch", &epoch, &len, &epoch, len);
-  HeapStats s;
-  s.allocated = read_size("stats.allocated");
-  s.active = read_size("stats.active");
-  s.resident = read_size("stats.resident");
-  s.mapped = read_size("stats.mapped");
-  s.retained = read_size("stats.retained");
-  // 4096: MALLCTL_ARENAS_ALL, the sum over every arena.
-  size_t page = read_size("arenas.page");
-  s.purgeable =
-      (read_size("stats.arenas.4096.pdirty") + read_size("stats.arenas.4096.pmuzzy")) * page;
+alloc::AllocatorStats read_stats() {
+  alloc::AllocatorStats s;
+  alloc::read_allocator_stats(&s);  // zeros where a read fails
   return s;
 }
 
@@ -64,7 +44,7 @@ int saturate(size_t v) {
 }  // namespace d9
 
 D9_EXPORT struct mallinfo2 mallinfo2() noexcept {
-  d9::HeapStats s = d9::read_stats();
+  d9::alloc::AllocatorStats s = d9::read_stats();
   struct mallinfo2 m = {};
   m.arena = s.mapped;
   m.uordblks = s.allocated;
@@ -85,7 +65,7 @@ D9_EXPORT struct mallinfo mallinfo() noexcept {
 
 // glibc's layout (one arena: jemalloc's totals), to stderr as glibc writes it.
 D9_EXPORT void malloc_stats() noexcept {
-  d9::HeapStats s = d9::read_stats();
+  d9::alloc::AllocatorStats s = d9::read_stats();
   fprintf(stderr,
           "Arena 0:\n"
           "system bytes     = %10zu\n"
@@ -103,8 +83,8 @@ D9_EXPORT void malloc_stats() noexcept {
 // EINVAL as the return value, errno untouched.
 D9_EXPORT int malloc_info(int options, FILE* fp) noexcept {
   if (options != 0) return EINVAL;
-  d9::HeapStats s = d9::read_stats();
-  size_t free_bytes = s.mapped > s.allocated ? s.mapped - s.allocated : 0;
+  d9::alloc::AllocatorStats s = d9::read_stats();
+  uint64_t free_bytes = s.mapped > s.allocated ? s.mapped - s.allocated : 0;
   fprintf(fp,
           "<malloc version=\"1\">\n"
           "<heap nr=\"0\">\n"
