@@ -13,7 +13,13 @@ packages=(
   libpython3.11-testsuite                   # CPython's own regression tests (python3 -m test)
   redis-server redis-tools                  # redis-server, redis-benchmark, redis-cli
   nginx wrk                                 # a static file server and its load generator
+  libcurl4-openssl-dev libssl-dev           # S3 uploads and downloads (ship/: SigV4, MD5)
+  awscli                                    # S3 tests: the independent client
 )
+
+# s3rver (the tests' S3 server, scripts/s3rver.sh) comes from npm: Debian's nodejs and npm
+# unless a node with its own npm (nodesource's) is already installed.
+if ! command -v npm >/dev/null 2>&1; then packages+=(nodejs npm); fi
 
 missing=()
 for p in "${packages[@]}"; do
