@@ -14,6 +14,7 @@
 #include "cli/report.h"
 #include "cli/run.h"
 #include "cli/symbolize.h"
+#include "ship/commands.h"
 
 namespace d9::cli {
 namespace {
@@ -36,6 +37,10 @@ Commands:
   symbolize PATH...     add symbols to segments written without them (D9_SYMBOLIZE=0, or
                         .active files of a killed process), offline, from the recorded
                         module map and build-ids
+  ship DIR... s3://BUCKET[/PREFIX] [--watch]
+                        upload sealed segments left on disk to S3 in dial9's key layout,
+                        deleting each only once the server confirmed it (.active files of
+                        processes that are gone are sealed first); --watch: keep watching
 
 PATH is a segment file (.bin, .bin.gz, .bin.zst, .active; the format is told by its magic
 bytes) or a directory searched recursively. Files are read one at a time; a damaged file
@@ -507,6 +512,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "run") return cmd_run(argc, argv);
   if (cmd == "symbolize") return cmd_symbolize(argc, argv);
+  if (cmd == "ship") return ship::cmd_ship(argc, argv);
   Args a;
   a.command = cmd;
   for (int i = 2; i < argc; ++i) {

@@ -209,5 +209,76 @@ TEST_F(S3Test, BacklogOverMaxTotalSizeIsDroppedAndCounted) {
   EXPECT_EQ(t.metadata["s3.segments_dropped"], std::to_string(index - 1));
 }
 
+std::string shell_env(int port) {
+  std::string env = "env ";
+  for (const std::string& kv : s3_env(port)) env += kv + " ";
+  return env + "D9_HOST=host-a ";
+}
+
+TEST_F(S3Test, ShipCommandUploadsWhatProcessesLeftOnDisk) {
+  server_->start();
+  // One process that ended normally (no S3), one killed mid-run (an .active file left).
+  std::vector<std::string> local = {"D9_OUTPUT=" + dir_ + "/out", "D9_ROTATE_SECS=1",
+                                    "D9_SERVICE=steady-svc"};
+  RunResult done = run({program("segments_subject"), "steady", "2.2", "5000"}, local);
+  ASSERT_EQ(done.exit_code, 0);
+  {
+    Spawned killed({program("segments_subject"), "steady", "30", "5000"}, local, true,
+                   dir_ + "/killed.log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    killed.stop(SIGKILL, 5000);
+  }
+  std::vector<std::string> boots = list_dirs(dir_ + "/out");
+  ASSERT_EQ(boots.size(), 2u);
+  std::vector<std::string> active;
+  for (const std::string& f : find_segments(dir_ + "/out")) {
+    if (f.ends_with(".active")) active.push_back(f);
+  }
+  ASSERT_EQ(active.size(), 1u);
+  // trace.N.bin.active of boot id B: N-th segment of B.
+  std::smatch am;
+  ASSERT_TRUE(
+      std::regex_search(active[0], am, std::regex("/([^/]+)/trace\\.([0-9]+)\\.bin\\.active$")));
+  std::string active_suffix = "/" + am[1].str() + "/";
+  std::string active_index = "-" + am[2].str() + ".bin.gz";
+
+  Shell ship = shell(shell_env(port_) + d9_binary() + " ship " + dir_ + "/out s3://" +
+                     std::string(kBucket) + "/shipped");
+  EXPECT_EQ(ship.status, 0) << ship.err;
+  EXPECT_NE(ship.err.find("d9: shipped "), std::string::npos) << ship.err;
+  EXPECT_TRUE(find_segments(dir_ + "/out").empty());
+  std::vector<std::string> keys = aws_keys(port_, "shipped/");
+  for (const std::string& boot : boots) {
+    std::string id = fs::path(boot).filename().string();
+    std::vector<std::string> mine;
+    for (const std::string& k : keys) {
+      if (k.find("/" + id + "/") != std::string::npos) mine.push_back(k);
+    }
+    std::vector<uint64_t> indices = check_layout(mine, "shipped", id);
+    EXPECT_GE(indices.size(), 2u) << id;
+    expect_contiguous(indices);
+  }
+  // Every line of stdout names a shipped object.
+  EXPECT_EQ(static_cast<size_t>(std::count(ship.out.begin(), ship.out.end(), '\n')), keys.size());
+  // The segment that was .active arrived whole: its events decode to the end.
+  std::string was_active;
+  for (const std::string& k : keys) {
+    if (k.find(active_suffix) != std::string::npos && k.ends_with(active_index)) was_active = k;
+  }
+  ASSERT_FALSE(was_active.empty());
+  std::string last = dir_ + "/last.bin.gz";
+  ASSERT_EQ(aws(port_, "s3 cp s3://" + std::string(kBucket) + "/" + was_active + " " + last).status,
+            0);
+  decode::Trace t = decode::LoadTrace(last);
+  EXPECT_TRUE(t.error.empty()) << t.error;
+  EXPECT_GT(t.allocs.size(), 0u);
+
+  // Nothing left: a second run ships nothing and succeeds.
+  Shell again = shell(shell_env(port_) + d9_binary() + " ship " + dir_ + "/out s3://" +
+                      std::string(kBucket) + "/shipped");
+  EXPECT_EQ(again.status, 0);
+  EXPECT_EQ(aws_keys(port_, "shipped/"), keys);
+}
+
 }  // namespace
 }  // namespace d9::test
