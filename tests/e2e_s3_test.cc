@@ -280,5 +280,130 @@ TEST_F(S3Test, ShipCommandUploadsWhatProcessesLeftOnDisk) {
   EXPECT_EQ(aws_keys(port_, "shipped/"), keys);
 }
 
+// A small fleet in the bucket: two services, three hosts, four processes.
+class S3FleetTest : public S3Test {
+ protected:
+  void ship_fleet() {
+    server_->start();
+    struct Member {
+      const char* service;
+      const char* host;
+    };
+    for (Member m : {Member{"svc-a", "host-1"}, Member{"svc-a", "host-2"},
+                     Member{"svc-b", "host-3"}, Member{"svc-a", "host-1"}}) {
+      std::vector<std::string> env = s3_env(port_);
+      env.insert(env.end(),
+                 {"D9_OUTPUT=" + dir_ + "/out", "D9_ROTATE_SECS=1",
+                  "D9_S3_BUCKET=" + std::string(kBucket), "D9_S3_PREFIX=fleet",
+                  "D9_HOST=" + std::string(m.host), "D9_SERVICE=" + std::string(m.service)});
+      RunResult r = run({program("segments_subject"), "steady", "1.3", "5000"}, env);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+    }
+    // What the independent client sees: key -> size.
+    Shell ls = aws(port_, "s3 ls --recursive s3://" + std::string(kBucket) + "/fleet/");
+    std::regex line("[0-9-]+ [0-9:]+ +([0-9]+) (\\S+)");
+    for (std::sregex_iterator it(ls.out.begin(), ls.out.end(), line), end; it != end; ++it) {
+      sizes_[(*it)[2].str()] = std::stoull((*it)[1].str());
+    }
+    ASSERT_GE(sizes_.size(), 8u);
+  }
+  std::string d9(const std::string& args) {
+    return shell_env(port_) + "XDG_CACHE_HOME=" + dir_ + "/cache " + d9_binary() + " " + args;
+  }
+  std::map<std::string, uint64_t> sizes_;
+};
+
+TEST_F(S3FleetTest, LsReportsEveryServiceHostAndProcess) {
+  ship_fleet();
+  Shell ls = shell(d9("ls s3://" + std::string(kBucket) + "/fleet --json"));
+  ASSERT_EQ(ls.status, 0) << ls.err;
+  uint64_t total = 0;
+  std::map<std::string, std::set<std::string>> processes;  // service/host -> boot ids
+  for (const auto& [key, size] : sizes_) {
+    total += size;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(key, m, std::regex("/[0-9]{4}/([^/]+)/([^/]+)/([^/]+)/")));
+    processes[m[1].str() + "/" + m[2].str()].insert(m[3].str());
+  }
+  EXPECT_EQ(processes.size(), 3u);
+  EXPECT_EQ(processes["svc-a/host-1"].size(), 2u);
+  EXPECT_EQ(processes["svc-a/host-2"].size(), 1u);
+  EXPECT_EQ(processes["svc-b/host-3"].size(), 1u);
+  EXPECT_NE(ls.out.find("\"segments\":" + std::to_string(sizes_.size()) +
+                        ",\"bytes\":" + std::to_string(total)),
+            std::string::npos)
+      << ls.out;
+  for (const auto& [where, boots] : processes) {
+    for (const std::string& b : boots) {
+      EXPECT_NE(ls.out.find("{\"boot_id\":\"" + b + "\""), std::string::npos) << b;
+    }
+  }
+  EXPECT_NE(ls.out.find("{\"service\":\"svc-a\",\"hosts\":[{\"host\":\"host-1\""),
+            std::string::npos);
+  EXPECT_NE(ls.out.find("{\"service\":\"svc-b\",\"hosts\":[{\"host\":\"host-3\""),
+            std::string::npos);
+
+  // Narrowed: one service, one host; the table names them.
+  Shell one = shell(d9("ls s3://" + std::string(kBucket) + "/fleet --service svc-a --host host-2"));
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_NE(one.out.find("service svc-a: 1 hosts, 1 processes"), std::string::npos) << one.out;
+  EXPECT_EQ(one.out.find("svc-b"), std::string::npos);
+  EXPECT_NE(one.out.find("busiest minutes"), std::string::npos);
+  // A window before everything: nothing.
+  Shell none = shell(d9("ls s3://" + std::string(kBucket) + "/fleet --to 2001-01-01T00:00:00Z"));
+  EXPECT_NE(none.out.find("no segments match"), std::string::npos) << none.out;
+}
+
+TEST_F(S3FleetTest, AllocFromTheBucketEqualsAllocOnTheSameSegmentsFetchedByAws) {
+  ship_fleet();
+  uint64_t first = UINT64_MAX, last = 0;
+  for (const auto& [key, size] : sizes_) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(key, m, std::regex("/([0-9]+)-[0-9]+\\.bin\\.gz$")));
+    first = std::min<uint64_t>(first, std::stoull(m[1]));
+    last = std::max<uint64_t>(last, std::stoull(m[1]));
+  }
+  // svc-a over a window holding all of its segments: chosen by listing minute prefixes.
+  std::string window = " --from @" + std::to_string(first) + " --to @" + std::to_string(last + 5);
+  Shell remote =
+      shell(d9("alloc s3://" + std::string(kBucket) + "/fleet --service svc-a" + window));
+  ASSERT_EQ(remote.status, 0) << remote.err;
+  std::string local = dir_ + "/aws-copy";
+  Shell cp = aws(port_, "s3 cp --recursive --exclude '*' --include '*/svc-a/*' s3://" +
+                            std::string(kBucket) + "/fleet/ " + local);
+  ASSERT_EQ(cp.status, 0) << cp.err;
+  Shell here = shell(d9("alloc " + local + window));
+  ASSERT_EQ(here.status, 0) << here.err;
+  EXPECT_EQ(remote.out, here.out);
+  EXPECT_NE(remote.out.find("3 process(es)"), std::string::npos) << remote.out;
+  EXPECT_NE(remote.out.find("steady_leaf"), std::string::npos);
+  // Downloads are cached by ETag: one file per svc-a object, and a second run reads them.
+  size_t cached = 0, svc_a = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ + "/cache/d9/s3/" + kBucket)) {
+    cached += e.is_regular_file() && e.path().string().ends_with(".bin.gz");
+  }
+  for (const auto& [key, size] : sizes_) svc_a += key.find("/svc-a/") != std::string::npos;
+  EXPECT_EQ(cached, svc_a);
+  Shell again = shell(d9("alloc s3://" + std::string(kBucket) + "/fleet --service svc-a" + window));
+  EXPECT_EQ(again.out, remote.out);
+  // d9 fetch gives the same objects, byte for byte, and raw with --decompress.
+  Shell fetch = shell(d9("fetch s3://" + std::string(kBucket) + "/fleet --service svc-b -o " +
+                         dir_ + "/fetched --decompress"));
+  ASSERT_EQ(fetch.status, 0) << fetch.err;
+  size_t raw = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir_ + "/fetched")) {
+    if (!e.is_regular_file()) continue;
+    EXPECT_TRUE(e.path().string().ends_with(".bin")) << e.path();
+    EXPECT_NE(e.path().string().find("/svc-b/host-3/"), std::string::npos) << e.path();
+    decode::Trace t = decode::LoadTrace(e.path().string());
+    EXPECT_EQ(t.container, decode::Container::kRaw);
+    EXPECT_TRUE(t.error.empty());
+    ++raw;
+  }
+  size_t svc_b = 0;
+  for (const auto& [key, size] : sizes_) svc_b += key.find("/svc-b/") != std::string::npos;
+  EXPECT_EQ(raw, svc_b);
+}
+
 }  // namespace
 }  // namespace d9::test
