@@ -1,12 +1,18 @@
 // S3 shipping end to end: programs run with libd9.so preloaded and D9_S3_BUCKET set against
 // a real s3rver on 127.0.0.1; Debian's aws CLI reads what arrived.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <thread>
@@ -278,6 +284,207 @@ TEST_F(S3Test, ShipCommandUploadsWhatProcessesLeftOnDisk) {
                       std::string(kBucket) + "/shipped");
   EXPECT_EQ(again.status, 0);
   EXPECT_EQ(aws_keys(port_, "shipped/"), keys);
+}
+
+// A faulty front for s3rver: of the uploads (PUTs) it sees, the first `fail` get 503 at once
+// and the next `stall` get 500 after holding the request for a second; everything else is
+// passed to s3rver and its answer back. HTTP/1.1 with Content-Length bodies, as the client
+// and s3rver speak it.
+class FaultyProxy {
+ public:
+  FaultyProxy(int upstream, int fail, int stall) : upstream_(upstream), fail_(fail), stall_(stall) {
+    listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    socklen_t len = sizeof(a);
+    getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    listen(listener_, 16);
+    acceptor_ = std::thread([this] { accept_loop(); });
+  }
+  ~FaultyProxy() {
+    stop_ = true;
+    shutdown(listener_, SHUT_RDWR);
+    acceptor_.join();
+    for (std::thread& t : workers_) t.join();
+    close(listener_);
+  }
+  int port() const { return port_; }
+  int faults() const { return faults_.load(); }
+  int forwarded() const { return forwarded_.load(); }
+
+ private:
+  // One request or response: headers, then Content-Length bytes. False on EOF/timeout.
+  static bool read_message(int fd, std::string* buf, std::string* msg, bool* expect) {
+    for (;;) {
+      size_t end = buf->find("\r\n\r\n");
+      if (end != std::string::npos) {
+        std::string head = buf->substr(0, end + 4);
+        std::smatch m;
+        size_t body = 0;
+        if (std::regex_search(head, m,
+                              std::regex("\r\ncontent-length: *([0-9]+)", std::regex::icase))) {
+          body = std::stoull(m[1]);
+        }
+        if (expect) *expect = head.find("100-continue") != std::string::npos;
+        if (expect && *expect && buf->size() < end + 4 + body) return true;  // body after 100
+        if (buf->size() >= end + 4 + body) {
+          *msg = buf->substr(0, end + 4 + body);
+          buf->erase(0, end + 4 + body);
+          return true;
+        }
+      }
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 10000) <= 0) return false;
+      char tmp[65536];
+      ssize_t n = read(fd, tmp, sizeof(tmp));
+      if (n <= 0) return false;
+      buf->append(tmp, static_cast<size_t>(n));
+    }
+  }
+  static void write_all(int fd, const std::string& s) {
+    size_t at = 0;
+    while (at < s.size()) {
+      ssize_t n = write(fd, s.data() + at, s.size() - at);
+      if (n <= 0) return;
+      at += static_cast<size_t>(n);
+    }
+  }
+  void accept_loop() {
+    while (!stop_) {
+      int c = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) return;
+      workers_.emplace_back([this, c] { serve(c); });
+    }
+  }
+  void serve(int c) {
+    std::string in, req;
+    int up = -1;
+    std::string up_buf;
+    while (!stop_) {
+      bool expect = false;
+      if (!read_message(c, &in, &req, &expect)) break;
+      bool put = in.compare(0, 4, "PUT ") == 0 || req.compare(0, 4, "PUT ") == 0;
+      if (expect) {
+        int n = put ? claim() : 0;
+        if (n == 1) {  // refuse before the body
+          write_all(c, "HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+          break;
+        }
+        write_all(c, "HTTP/1.1 100 Continue\r\n\r\n");
+        if (!read_message(c, &in, &req, nullptr)) break;
+        // The client sees no second 100: it is not passed on.
+        req =
+            std::regex_replace(req, std::regex("\r\nExpect: *100-continue", std::regex::icase), "");
+        if (n == 2) {
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          write_all(
+              c, "HTTP/1.1 500 Internal Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+          break;
+        }
+      } else if (put) {
+        int n = claim();
+        if (n == 1) {
+          write_all(c, "HTTP/1.1 503 Slow Down\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+          break;
+        }
+        if (n == 2) {
+          std::this_thread::sleep_for(std::chrono::seconds(1));
+          write_all(
+              c, "HTTP/1.1 500 Internal Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+          break;
+        }
+      }
+      if (up < 0) {
+        up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(static_cast<uint16_t>(upstream_));
+        if (connect(up, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) break;
+      }
+      write_all(up, req);
+      std::string resp;
+      if (!read_message(up, &up_buf, &resp, nullptr)) break;
+      write_all(c, resp);
+      ++forwarded_;
+    }
+    if (up >= 0) close(up);
+    close(c);
+  }
+  // 1: answer 503, 2: stall then 500, 0: pass on.
+  int claim() {
+    std::lock_guard<std::mutex> g(mu_);
+    if (fail_ > 0) {
+      --fail_;
+      ++faults_;
+      return 1;
+    }
+    if (stall_ > 0) {
+      --stall_;
+      ++faults_;
+      return 2;
+    }
+    return 0;
+  }
+
+  int upstream_;
+  int fail_, stall_;
+  int listener_ = -1, port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> faults_{0}, forwarded_{0};
+  std::mutex mu_;
+  std::thread acceptor_;
+  std::vector<std::thread> workers_;
+};
+
+TEST_F(S3Test, ServerErrorsAndStallsAreRetried) {
+  server_->start();
+  FaultyProxy proxy(port_, 2, 1);
+  RunResult r = run_steady(
+      "faults", "3.5",
+      {"D9_S3_ENDPOINT=http://127.0.0.1:" + std::to_string(proxy.port()), "D9_S3_EXIT_TIMEOUT=20"});
+  expect_host_unchanged(r);
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(proxy.faults(), 3);
+  std::string boot = boot_dir_of(dir_ + "/out");
+  EXPECT_TRUE(find_segments(boot).empty());
+  std::vector<uint64_t> indices =
+      check_layout(aws_keys(port_, "faults/"), "faults", fs::path(boot).filename().string());
+  ASSERT_GE(indices.size(), 3u);
+  expect_contiguous(indices);
+  // Each segment went through once: the faults never reached s3rver.
+  EXPECT_EQ(static_cast<size_t>(proxy.forwarded()), indices.size());
+}
+
+TEST_F(S3Test, ForkChildrenShipTheirOwnSegments) {
+  server_->start();
+  std::vector<std::string> env = s3_env(port_);
+  env.insert(env.end(), {"D9_OUTPUT=" + dir_ + "/out", "D9_S3_BUCKET=" + std::string(kBucket),
+                         "D9_S3_PREFIX=forks", "D9_HOST=host-a", "D9_SERVICE=steady-svc"});
+  RunResult r = run({program("segments_subject"), "fork"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  std::set<std::string> pids;  // "child N PID" and "parent PID"
+  std::regex line("(?:child [0-9]+|parent) ([0-9]+)");
+  for (std::sregex_iterator it(r.out.begin(), r.out.end(), line), end; it != end; ++it) {
+    pids.insert((*it)[1].str());
+  }
+  ASSERT_EQ(pids.size(), 4u) << r.out;
+  std::set<std::string> shipped;  // the pid of each boot id with an object
+  for (const std::string& k : aws_keys(port_, "forks/")) {
+    std::smatch m;
+    ASSERT_TRUE(
+        std::regex_search(k, m, std::regex("/host-a/[a-z]{4}-([0-9]+)/[0-9]+-0\\.bin\\.gz$")))
+        << k;
+    shipped.insert(m[1].str());
+  }
+  EXPECT_EQ(shipped, pids);
+  EXPECT_TRUE(find_segments(dir_ + "/out").empty());
 }
 
 // A small fleet in the bucket: two services, three hosts, four processes.
