@@ -1,6 +1,7 @@
 // S3 end-to-end helpers: a real S3-compatible server (s3rver 3.7 from npm, installed by
-// scripts/s3rver.sh into tests/s3/node_modules) on 127.0.0.1, and Debian's `aws` CLI as the
-// independent client. Missing tools fail the test (scripts/test.sh installs both).
+// scripts/s3rver.sh into tests/s3/node_modules) on 127.0.0.1 behind a SigV4 check, and
+// Debian's `aws` CLI as the independent client. Missing tools fail the test
+// (scripts/test.sh installs them).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -33,10 +34,13 @@ inline std::vector<std::string> s3_env(int port) {
           "D9_S3_ENDPOINT=http://127.0.0.1:" + std::to_string(port)};
 }
 
-// s3rver on a free port with its data in `data_dir` (kept across restarts), bucket made.
+// s3rver with its data in `data_dir` (kept across restarts) and its bucket made, behind
+// tests/s3/sigv4_gate.py on `port`: s3rver checks access keys only, the gate checks every
+// signature with the aws CLI's own signer. Clients talk to the gate.
 class S3Server {
  public:
-  S3Server(const std::string& data_dir, int port) : data_dir_(data_dir), port_(port) {}
+  S3Server(const std::string& data_dir, int port)
+      : data_dir_(data_dir), port_(port), inner_port_(free_tcp_port()) {}
   ~S3Server() { stop(); }
 
   void start() {
@@ -45,20 +49,29 @@ class S3Server {
     std::filesystem::create_directories(data_dir_);
     server_ = std::make_unique<Spawned>(
         std::vector<std::string>{"node", s3rver_script(), "-d", data_dir_, "-a", "127.0.0.1", "-p",
-                                 std::to_string(port_), "--configure-bucket", kBucket, "--silent"},
+                                 std::to_string(inner_port_), "--configure-bucket", kBucket,
+                                 "--silent"},
         std::vector<std::string>{}, false, data_dir_ + ".log");
-    ASSERT_TRUE(wait_for_port(port_, 15000, server_.get())) << "s3rver did not start";
+    gate_ = std::make_unique<Spawned>(
+        std::vector<std::string>{
+            "/usr/bin/python3", std::string(D9_SOURCE_DIR) + "/tests/s3/sigv4_gate.py",
+            std::to_string(port_), std::to_string(inner_port_), kS3Key, kS3Key, "us-east-1"},
+        std::vector<std::string>{}, false, data_dir_ + ".gate.log");
+    ASSERT_TRUE(wait_for_port(inner_port_, 15000, server_.get())) << "s3rver did not start";
+    ASSERT_TRUE(wait_for_port(port_, 15000, gate_.get())) << "sigv4_gate.py did not start";
   }
   void stop() {
+    if (gate_) gate_->stop(SIGKILL, 5000);
     if (server_) server_->stop(SIGKILL, 5000);
+    gate_.reset();
     server_.reset();
   }
   int port() const { return port_; }
 
  private:
   std::string data_dir_;
-  int port_;
-  std::unique_ptr<Spawned> server_;
+  int port_, inner_port_;
+  std::unique_ptr<Spawned> server_, gate_;
 };
 
 // Runs Debian's aws CLI (/usr/bin/aws) against the server.
