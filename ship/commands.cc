@@ -92,7 +92,13 @@ std::vector<Found> scan(const std::vector<std::string>& dirs) {
         continue;
       }
       uint64_t index;
-      if (sealed_index(name, &index)) found.push_back({parent, index, it->path().string()});
+      // A .bin being compressed is shipped as its .bin.zst / .bin.gz once that exists.
+      std::string path = it->path().string();
+      if (ends_with(name, ".bin") &&
+          (fs::exists(path + ".zst.tmp", ec2) || fs::exists(path + ".gz.tmp", ec2))) {
+        continue;
+      }
+      if (sealed_index(name, &index)) found.push_back({parent, index, path});
     }
     if (ec) fprintf(stderr, "d9: %s: %s\n", d.c_str(), ec.message().c_str());
   }

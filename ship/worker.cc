@@ -94,20 +94,27 @@ struct Sealed {
   std::string path;
 };
 
-// Sealed segments of `dir`, oldest first (.active files are still being written).
+// Sealed segments of `dir`, oldest first (.active files are still being written, and a
+// .bin being compressed is shipped as its .bin.zst / .bin.gz once that is complete).
 std::vector<Sealed> sealed_in(const std::string& dir) {
   std::vector<Sealed> out;
+  std::vector<std::string> names;
   DIR* d = opendir(dir.c_str());
   if (!d) return out;
-  while (dirent* e = readdir(d)) {
+  while (dirent* e = readdir(d)) names.push_back(e->d_name);
+  closedir(d);
+  auto has = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  for (const std::string& name : names) {
     unsigned long long index;
     int end = 0;
-    if (sscanf(e->d_name, "trace.%llu.bin%n", &index, &end) != 1 || end == 0) continue;
-    const char* rest = e->d_name + end;
-    if (*rest && strcmp(rest, ".zst") != 0 && strcmp(rest, ".gz") != 0) continue;
-    out.push_back({index, dir + "/" + e->d_name});
+    if (sscanf(name.c_str(), "trace.%llu.bin%n", &index, &end) != 1 || end == 0) continue;
+    std::string rest = name.substr(static_cast<size_t>(end));
+    if (!rest.empty() && rest != ".zst" && rest != ".gz") continue;
+    if (rest.empty() && (has(name + ".zst.tmp") || has(name + ".gz.tmp"))) continue;
+    out.push_back({index, dir + "/" + name});
   }
-  closedir(d);
   std::sort(out.begin(), out.end(),
             [](const Sealed& a, const Sealed& b) { return a.index < b.index; });
   return out;
