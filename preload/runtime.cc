@@ -539,6 +539,8 @@ void seal(Writer& w, bool rotating = false) {
   options.symbolize = g_options.symbolize != Symbolize::kOff;
   if (g_options.compress == Compression::kZstd) options.compression = SealCompression::kZstd;
   if (g_options.compress == Compression::kGzip) options.compression = SealCompression::kGzip;
+  // S3: sealed as the upload's body (one gzip member), not zstd to be transcoded.
+  if (shipping() && options.compression) options.compression = SealCompression::kGzip;
   // Always: even unsymbolized segments carry the module map, for offline symbolization.
   pthread_mutex_lock(&g_tools_mu);
   options.tools = seal_tools(w);

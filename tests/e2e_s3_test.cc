@@ -206,7 +206,7 @@ TEST_F(S3Test, BacklogOverMaxTotalSizeIsDroppedAndCounted) {
   ASSERT_EQ(left.size(), 1u);
   // The survivor is the newest, and counts every segment before it.
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(left[0], m, std::regex("trace\\.([0-9]+)\\.bin\\.zst$")));
+  ASSERT_TRUE(std::regex_search(left[0], m, std::regex("trace\\.([0-9]+)\\.bin\\.gz$")));
   uint64_t index = std::stoull(m[1]);
   EXPECT_GE(index, 2u);
   decode::Trace t = decode::LoadTrace(left[0]);
