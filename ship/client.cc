@@ -272,7 +272,7 @@ class CurlClient final : public Client {
   const std::string& host() const override { return host_; }
   void abort() override { aborted_.store(true, std::memory_order_release); }
 
-  Result put_segment(const std::string& path) override {
+  Result put_segment(const std::string& path, bool own_gzip) override {
     Result r;
     r.status = Status::kBadFile;
     SegmentInfo info;
@@ -300,7 +300,7 @@ class CurlClient final : public Client {
     unsigned char digest[16];
     int body = src.fd;
     std::unique_ptr<Fd> tmp;
-    if (magic[0] == 0x1f && magic[1] == 0x8b && single_gzip_member(src.fd)) {
+    if (magic[0] == 0x1f && magic[1] == 0x8b && (own_gzip || single_gzip_member(src.fd))) {
       if (!md5_of(src.fd, digest)) {
         r.status = Status::kRetry;
         r.message = path + ": read failed";

@@ -72,8 +72,10 @@ class Client {
   // Uploads the sealed segment at `path` (raw, gzip or zstd; zstd and raw are transcoded
   // to one gzip member through an unnamed temporary file, so memory stays bounded) under
   // its dial9 key, with Content-MD5 and the dial9 object metadata. kOk only after HTTP 200
-  // whose ETag is the body's MD5: only then may the caller delete the file.
-  virtual Result put_segment(const std::string& path) = 0;
+  // whose ETag is the body's MD5: only then may the caller delete the file. A .bin.gz is
+  // sent as it is once it is checked to be one gzip member, unless `own_gzip` says libd9
+  // sealed it (always one member): that check inflates the whole file.
+  virtual Result put_segment(const std::string& path, bool own_gzip) = 0;
   // Every object under `prefix` (a key prefix, not a Location prefix), or with a
   // non-empty `delimiter` the objects and common prefixes one level down.
   virtual Result list(const std::string& prefix, const std::string& delimiter, Listing* out) = 0;
@@ -92,7 +94,7 @@ class Client {
 Client* create_client(const Location& where, std::string* error);
 
 inline constexpr char kShipLibrary[] = "libd9_ship.so";
-inline constexpr char kShipEntry[] = "d9_create_ship_client_v1";
+inline constexpr char kShipEntry[] = "d9_create_ship_client_v2";
 using CreateClientFn = Client* (*)(const Location& where, std::string* error);
 
 }  // namespace d9::ship

@@ -178,7 +178,7 @@ int cmd_ship(int argc, char** argv) {
       Result r;
       double backoff = 0.5;
       for (int attempt = 0; attempt < 5 && !g_interrupted.load(); ++attempt) {
-        r = client->put_segment(f.path);
+        r = client->put_segment(f.path, false);
         if (r.status != Status::kRetry) break;
         sleep_interruptible(backoff);
         backoff *= 2;

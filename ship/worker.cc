@@ -41,6 +41,7 @@ bool g_started = false;  // thread started (in this process)
 uint64_t g_wakeups = 0;  // segment_sealed() calls: the worker rescans when it changes
 bool g_idle_now = false;
 bool g_refused = false;  // the server refused the last upload: exit does not wait for it
+bool g_gone = false;     // the worker could not load the client and ended: nothing to wait for
 Client* g_client = nullptr;
 
 uint64_t now_ns() {
@@ -139,7 +140,7 @@ void* worker_main(void*) {
     log::line("cannot ship segments to S3 bucket ", strings().config.bucket.c_str(), ": ",
               error.c_str(), "; they stay on disk");
     pthread_mutex_lock(&g_mu);
-    g_idle_now = true;
+    g_gone = true;
     pthread_cond_broadcast(&g_idle);
     pthread_mutex_unlock(&g_mu);
     return nullptr;
@@ -176,7 +177,7 @@ void* worker_main(void*) {
       bool exists = access(s.path.c_str(), F_OK) == 0;
       pthread_mutex_unlock(&g_mu);
       Result r;
-      if (exists) r = client->put_segment(s.path);
+      if (exists) r = client->put_segment(s.path, true);  // sealed by this process
       pthread_mutex_lock(&g_mu);
       if (exists && r.status == Status::kOk) unlink(s.path.c_str());
       if (exists) g_refused = r.status == Status::kRejected;
@@ -236,7 +237,7 @@ void segment_sealed(const std::string& dir) {
   if (start && !strings().config.hooks.start_thread(worker_main, nullptr)) {
     log::line("cannot start the S3 upload thread; segments stay on disk");
     pthread_mutex_lock(&g_mu);
-    g_idle_now = true;  // nothing for finish() to wait for
+    g_gone = true;  // nothing for finish() to wait for
     pthread_mutex_unlock(&g_mu);
   }
 }
@@ -258,7 +259,7 @@ void finish(uint64_t timeout_secs) {
   ++g_wakeups;  // one more scan, for the segment sealed last
   pthread_cond_signal(&g_cv);
   timespec until = at_ns(now_ns() + timeout_secs * kSecond);
-  while (!g_idle_now && !g_refused) {
+  while (!g_idle_now && !g_refused && !g_gone) {
     if (pthread_cond_timedwait(&g_idle, &g_mu, &until) == ETIMEDOUT) break;
   }
   // Whatever is still uploading ends now: the process is about to go.
@@ -273,6 +274,7 @@ void after_fork_child() {
   g_wakeups = 0;
   g_idle_now = false;
   g_refused = false;
+  g_gone = false;
   strings().in_flight.clear();
   g_client = nullptr;  // the parent's: its connection is the parent's too
 }

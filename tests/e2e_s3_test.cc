@@ -490,6 +490,49 @@ TEST_F(S3Test, ForkChildrenShipTheirOwnSegments) {
   EXPECT_TRUE(find_segments(dir_ + "/out").empty());
 }
 
+TEST_F(S3Test, NoCredentialsIsSaidOnceAndExitDoesNotWait) {
+  server_->start();
+  auto t0 = std::chrono::steady_clock::now();
+  RunResult r = run_steady(
+      "nocreds", "1.5", {"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "D9_S3_EXIT_TIMEOUT=30"});
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  expect_host_unchanged(r);
+  EXPECT_EQ(r.err,
+            "d9: cannot ship segments to S3 bucket d9-test: no AWS credentials "
+            "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, or profile \"default\" in /dev/null); they "
+            "stay on disk\n");
+  EXPECT_LT(secs, 10.0);  // not the 30 s exit timeout: there is nothing to wait for
+  EXPECT_GE(find_segments(boot_dir_of(dir_ + "/out")).size(), 2u);
+}
+
+TEST_F(S3Test, CredentialsComeFromTheProfileWhenTheEnvironmentHasNone) {
+  server_->start();
+  std::string creds = dir_ + "/credentials";
+  {
+    std::ofstream f(creds);
+    f << "[default]\naws_access_key_id = S3RVER\naws_secret_access_key = wrong-default-secret\n"
+      << "\n# the one that works\n[ci]\naws_access_key_id=S3RVER\naws_secret_access_key = "
+      << kS3Key << "\n";
+  }
+  std::string base =
+      "env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY AWS_REGION=us-east-1 "
+      "D9_S3_ENDPOINT=http://127.0.0.1:" +
+      std::to_string(port_) + " AWS_SHARED_CREDENTIALS_FILE=" + creds + " ";
+  std::string ls = d9_binary() + " ls s3://" + std::string(kBucket) + "/none";
+  Shell ci = shell(base + "AWS_PROFILE=ci " + ls);
+  EXPECT_EQ(ci.status, 0) << ci.err;
+  EXPECT_NE(ci.out.find("no segments"), std::string::npos) << ci.out;
+  // The default profile's secret is wrong: S3's refusal, and no secret in the output.
+  Shell def = shell(base + ls);
+  EXPECT_EQ(def.status, 1);
+  EXPECT_NE(def.err.find("HTTP 403 SignatureDoesNotMatch"), std::string::npos) << def.err;
+  EXPECT_EQ((def.out + def.err).find("wrong-default-secret"), std::string::npos);
+  // A profile that is not there: said, with where it was looked for.
+  Shell none = shell(base + "AWS_PROFILE=nope " + ls);
+  EXPECT_EQ(none.status, 1);
+  EXPECT_NE(none.err.find("profile \"nope\" in " + creds), std::string::npos) << none.err;
+}
+
 // A small fleet in the bucket: two services, three hosts, four processes.
 class S3FleetTest : public S3Test {
  protected:
