@@ -490,6 +490,29 @@ TEST_F(S3Test, ForkChildrenShipTheirOwnSegments) {
   EXPECT_TRUE(find_segments(dir_ + "/out").empty());
 }
 
+// libcurl and OpenSSL come with libd9_ship.so, loaded only when there is a bucket.
+TEST_F(S3Test, UploadLibrariesAreMappedOnlyWithABucket) {
+  server_->start();
+  auto maps_after = [&](std::vector<std::string> env) {
+    env.insert(env.end(), {"D9_OUTPUT=" + dir_ + "/out", "D9_ROTATE_SECS=1"});
+    Spawned p({program("segments_subject"), "steady", "3", "5000"}, env, true, dir_ + "/maps.log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // a seal or two
+    std::ifstream f("/proc/" + std::to_string(p.pid()) + "/maps");
+    std::string maps((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(p.wait(10000), 0);
+    return maps;
+  };
+  std::string without = maps_after(s3_env(port_));
+  EXPECT_NE(without.find("/libd9.so"), std::string::npos);
+  EXPECT_EQ(without.find("libd9_ship.so"), std::string::npos);
+  EXPECT_EQ(without.find("libcurl"), std::string::npos);
+  std::vector<std::string> env = s3_env(port_);
+  env.insert(env.end(), {"D9_S3_BUCKET=" + std::string(kBucket), "D9_S3_PREFIX=maps"});
+  std::string with = maps_after(env);
+  EXPECT_NE(with.find("libd9_ship.so"), std::string::npos);
+  EXPECT_NE(with.find("libcurl"), std::string::npos);
+}
+
 TEST_F(S3Test, NoCredentialsIsSaidOnceAndExitDoesNotWait) {
   server_->start();
   auto t0 = std::chrono::steady_clock::now();
