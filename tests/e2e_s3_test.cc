@@ -662,6 +662,19 @@ TEST_F(S3FleetTest, AllocFromTheBucketEqualsAllocOnTheSameSegmentsFetchedByAws) 
   EXPECT_EQ(cached, svc_a);
   Shell again = shell(d9("alloc s3://" + std::string(kBucket) + "/fleet --service svc-a" + window));
   EXPECT_EQ(again.out, remote.out);
+  // --sample N: N segments spread over the window, the first and the last among them.
+  Shell sampled = shell(
+      d9("summary s3://" + std::string(kBucket) + "/fleet --service svc-a --sample 2" + window));
+  ASSERT_EQ(sampled.status, 0) << sampled.err;
+  EXPECT_NE(sampled.out.find("2 segment(s)"), std::string::npos) << sampled.out;
+  // Per-path selection: two hosts of one service side by side.
+  std::string base = "'s3://" + std::string(kBucket) + "/fleet?service=svc-a&host=";
+  Shell diff = shell(d9("diff " + base + "host-1' " + base + "host-2'"));
+  ASSERT_EQ(diff.status, 0) << diff.err;
+  EXPECT_NE(diff.out.find("A: s3://d9-test/fleet?service=svc-a&host=host-1 ("), std::string::npos)
+      << diff.out;
+  EXPECT_NE(diff.out.find("B: s3://d9-test/fleet?service=svc-a&host=host-2 ("), std::string::npos);
+  EXPECT_NE(diff.out.find("steady_leaf"), std::string::npos);
   // d9 fetch gives the same objects, byte for byte, and raw with --decompress.
   Shell fetch = shell(d9("fetch s3://" + std::string(kBucket) + "/fleet --service svc-b -o " +
                          dir_ + "/fetched --decompress"));
