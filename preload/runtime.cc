@@ -733,6 +733,7 @@ __attribute__((constructor)) void d9_start() {
   if (start_process() != kOn) return;
   cpu::start(g_options.cpu_hz, static_cast<uint32_t>(g_options.ring_slots),
              alloc::settings().stack_depth);
+  if (shipping()) ship::capture_environment(environ);  // S3: what libd9_ship.so will read
   pthread_atfork(tools_fork_prepare, tools_fork_parent, [] {
     ReentryGuard guard;  // d9's allocations here are not the program's
     tools_fork_child();

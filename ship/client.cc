@@ -30,7 +30,11 @@ constexpr size_t kChunk = 128 << 10;
 // Enough raw bytes for a segment's first ClockSyncEvent and its metadata, which open it.
 constexpr size_t kHeaderBytes = 1 << 20;
 
+// The environment create_client() was given (or getenv), for the helpers below.
+thread_local const Getenv* t_env = nullptr;
+
 std::string env(const char* name) {
+  if (t_env && *t_env) return (*t_env)(name);
   const char* v = getenv(name);
   return v ? v : "";
 }
@@ -673,7 +677,11 @@ class CurlClient final : public Client {
 
 }  // namespace
 
-Client* create_client(const Location& where, std::string* error) {
+Client* create_client(const Location& where, std::string* error, const Getenv& getenv_fn) {
+  t_env = &getenv_fn;
+  struct Reset {
+    ~Reset() { t_env = nullptr; }
+  } reset;
   static bool initialised = [] {
     // No atexit handler: a process may exit while an upload is under way on d9's thread,
     // and OpenSSL's clean-up must not pull its tables from under it.

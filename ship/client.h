@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -87,14 +88,22 @@ class Client {
   virtual const std::string& host() const = 0;
 };
 
-// Environment the client reads at creation: D9_S3_ENDPOINT, AWS_ENDPOINT_URL_S3,
-// AWS_ENDPOINT_URL; AWS_REGION, AWS_DEFAULT_REGION; D9_HOST; AWS_ACCESS_KEY_ID,
-// AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else AWS_PROFILE's section of
-// AWS_SHARED_CREDENTIALS_FILE (default ~/.aws/credentials).
-Client* create_client(const Location& where, std::string* error);
+// Environment the client reads at creation (kEnvironment): D9_S3_ENDPOINT,
+// AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL; AWS_REGION, AWS_DEFAULT_REGION; D9_HOST;
+// AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, else AWS_PROFILE's section
+// of AWS_SHARED_CREDENTIALS_FILE (default $HOME/.aws/credentials). Looked up with `env`
+// (libd9.so passes a copy taken at start-up: a host thread's setenv must not race with
+// the upload thread's getenv), or getenv when it is empty.
+inline constexpr const char* kEnvironment[] = {
+    "D9_S3_ENDPOINT",    "AWS_ENDPOINT_URL_S3",         "AWS_ENDPOINT_URL",
+    "AWS_REGION",        "AWS_DEFAULT_REGION",          "D9_HOST",
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",       "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",       "AWS_SHARED_CREDENTIALS_FILE", "HOME"};
+using Getenv = std::function<std::string(const char* name)>;
+Client* create_client(const Location& where, std::string* error, const Getenv& env = {});
 
 inline constexpr char kShipLibrary[] = "libd9_ship.so";
-inline constexpr char kShipEntry[] = "d9_create_ship_client_v2";
-using CreateClientFn = Client* (*)(const Location& where, std::string* error);
+inline constexpr char kShipEntry[] = "d9_create_ship_client_v3";
+using CreateClientFn = Client* (*)(const Location& where, const Getenv& env, std::string* error);
 
 }  // namespace d9::ship

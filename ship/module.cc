@@ -2,7 +2,7 @@
 // archive's symbols hidden).
 #include "ship/client.h"
 
-extern "C" __attribute__((visibility("default"))) d9::ship::Client* d9_create_ship_client_v2(
-    const d9::ship::Location& where, std::string* error) {
-  return d9::ship::create_client(where, error);
+extern "C" __attribute__((visibility("default"))) d9::ship::Client* d9_create_ship_client_v3(
+    const d9::ship::Location& where, const d9::ship::Getenv& env, std::string* error) {
+  return d9::ship::create_client(where, error, env);
 }

@@ -29,6 +29,7 @@ struct Strings {
   WorkerConfig config;
   std::string dir;        // the process's segment directory
   std::string in_flight;  // path being uploaded: retention leaves it alone
+  std::vector<std::pair<std::string, std::string>> env;  // capture_environment()
 };
 Strings& strings() {
   static Strings* s = new Strings;
@@ -87,7 +88,13 @@ Client* load_client(std::string* error) {
     *error = path + " has no " + kShipEntry;
     return nullptr;
   }
-  return create(Location{strings().config.bucket, strings().config.prefix}, error);
+  Getenv lookup = [](const char* name) {
+    for (const auto& [k, v] : strings().env) {
+      if (k == name) return v;
+    }
+    return std::string();
+  };
+  return create(Location{strings().config.bucket, strings().config.prefix}, lookup, error);
 }
 
 struct Sealed {
@@ -219,6 +226,17 @@ void* worker_main(void*) {
 }
 
 }  // namespace
+
+void capture_environment(char* const* envp) {
+  for (char* const* e = envp; e && *e; ++e) {
+    const char* eq = strchr(*e, '=');
+    if (!eq) continue;
+    std::string name(*e, static_cast<size_t>(eq - *e));
+    for (const char* wanted : kEnvironment) {
+      if (name == wanted) strings().env.emplace_back(name, eq + 1);
+    }
+  }
+}
 
 void configure(const WorkerConfig& config) {
   strings().config = config;

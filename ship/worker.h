@@ -30,7 +30,10 @@ struct WorkerConfig {
   WorkerHooks hooks;
 };
 
-// Once, before any other call (the writer's thread, at its start).
+// Copies the variables libd9_ship.so reads (ship/client.h kEnvironment) from `envp`: at
+// start-up, before the host's threads can change the environment.
+void capture_environment(char* const* envp);
+// Before any other call but capture_environment() (the writer's thread, at its start).
 void configure(const WorkerConfig& config);
 // The writer sealed a segment in `dir`: ship it (and any older one still there).
 void segment_sealed(const std::string& dir);
