@@ -19,6 +19,7 @@
 #include "cli/symbolize.h"
 #include "cli/time_views.h"
 #include "cli/timeline.h"
+#include "ship/commands.h"
 
 namespace d9::cli {
 namespace {
@@ -51,6 +52,15 @@ Commands:
                         module map and build-ids
   dump TARGET...        ask running profiled processes (pid, boot id or trace directory)
                         to seal their current segment now (live set, symbols) and print it
+  ship DIR... s3://BUCKET[/PREFIX] [--watch]
+                        upload sealed segments left on disk to S3 in dial9's key layout,
+                        deleting each only once the server confirmed it (.active files of
+                        processes that are gone are sealed first); --watch: keep watching
+  ls s3://BUCKET[/PREFIX]
+                        what a bucket holds: date range, services, hosts, processes (boot
+                        ids), segments, bytes, the busiest minutes; --json
+  fetch s3://BUCKET[/PREFIX] -o DIR [--decompress]
+                        the selected segments as files DIR/{key} (.bin.gz, or raw .bin)
 
 PATH is a segment file (.bin, .bin.gz, .bin.zst, .active; the format is told by its magic
 bytes) or a directory searched recursively. Files are read one at a time; a damaged file
@@ -65,6 +75,15 @@ Selection (all analysis commands):
   --tid N[,N...]        only these threads
   --pid N[,N...]        only these processes (process.pid, or the pid in the boot id)
   --process ID[,ID...]  only these boot ids (the directory names under D9_OUTPUT)
+
+S3 (PATH may be s3://BUCKET[/PREFIX] wherever a path is taken; also ls and fetch):
+  --service S, --host H only this service / host (D9_SERVICE, D9_HOST of the writer)
+  --from T, --to T      as a date or Unix time: only the date/HHMM prefixes of the window
+                        are listed (segments that started up to 60 s before --from too)
+  --sample N            N segments spread evenly over what matched
+  s3://B/P?host=H&from=T&to=T&service=S&process=ID&sample=N selects per path (d9 diff of
+  two windows or hosts). Downloads run 4 at a time, cached by ETag under
+  $XDG_CACHE_HOME/d9 (~/.cache/d9). Endpoint, region and credentials as for D9_S3_BUCKET.
 
 Reports (summary, alloc, leaks, cpu, diff):
   --top N               rows to show (default 10; 5 in summary)
@@ -184,6 +203,7 @@ struct Args {
   std::string at_text;  // --at as given
   TimeBound at;
   uint64_t temporary_ns = 10'000'000;
+  ship::Selection s3;  // s3:// paths: which objects to fetch (ship/bucket.h)
 };
 
 // Parses the options of an analysis command (args after the command; "--opt=value" already
@@ -230,6 +250,11 @@ int parse_args(const std::vector<std::string>& args, Args* a) {
       TimeBound& b = arg == "--from" ? a->load.filter.from : a->load.filter.to;
       if (!value(&v)) return usage_error(arg + " TIME");
       if (!parse_time(v, &b, &err)) return usage_error(err);
+      // s3:// paths list only the minutes a wall-clock window touches.
+      if (b.kind == TimeBound::kWall) {
+        int64_t secs = b.wall_ns / 1000000000;
+        (arg == "--from" ? a->s3.from_secs : a->s3.to_secs) = arg == "--from" ? secs : secs + 1;
+      }
     } else if (arg == "--tid") {
       if (!value(&v)) return usage_error("--tid N[,N...]");
       std::vector<std::string> items;
@@ -245,6 +270,15 @@ int parse_args(const std::vector<std::string>& args, Args* a) {
     } else if (arg == "--process") {
       if (!value(&v)) return usage_error("--process BOOT_ID[,BOOT_ID...]");
       split_list(v, &a->load.filter.processes);
+      split_list(v, &a->s3.processes);
+    } else if (arg == "--service") {
+      if (!value(&a->s3.service)) return usage_error("--service NAME");
+    } else if (arg == "--host") {
+      if (!value(&a->s3.host)) return usage_error("--host NAME");
+    } else if (arg == "--sample") {
+      size_t n;
+      if (!value(&v) || !parse_size(v.c_str(), &n) || n == 0) return usage_error("--sample N");
+      a->s3.sample = n;
     } else if (arg == "--kind") {
       if (!value(&a->kind)) return usage_error("--kind KIND");
     } else if (arg == "--format") {
@@ -637,6 +671,9 @@ int main(int argc, char** argv) {
   if (cmd == "run") return cmd_run(argc, argv);
   if (cmd == "symbolize") return cmd_symbolize(argc, argv);
   if (cmd == "dump") return cmd_dump(argc, argv);
+  if (cmd == "ship") return ship::cmd_ship(argc, argv);
+  if (cmd == "ls") return ship::cmd_ls(argc, argv);
+  if (cmd == "fetch") return ship::cmd_fetch(argc, argv);
   Args a;
   a.command = cmd;
   for (int i = 2; i < argc; ++i) {
@@ -665,6 +702,7 @@ int main(int argc, char** argv) {
     }
   }
   if (int rc = parse_args(args, &a)) return rc;
+  ship::use_for_s3_paths(a.s3);
   if (cmd == "flame") return cmd_flame(a);
   if (cmd == "export") return cmd_export(a);
   if (cmd == "report") return cmd_html_report(a);

@@ -63,10 +63,28 @@ bool segment_order(const std::string& a, const std::string& b) {
   return na < nb;
 }
 
+namespace {
+RemoteInputs g_remote;
+}  // namespace
+
+void set_remote_inputs(RemoteInputs resolver) {
+  g_remote = std::move(resolver);
+}
+
 std::vector<std::string> collect_inputs(const std::vector<std::string>& paths,
                                         std::vector<std::string>* missing) {
   std::vector<std::string> out;
   for (const std::string& p : paths) {
+    if (p.compare(0, 5, "s3://") == 0) {
+      std::vector<std::string> files;
+      if (!g_remote || !g_remote(p, &files)) {
+        if (!g_remote) fprintf(stderr, "d9: %s: S3 paths are not available here\n", p.c_str());
+        if (missing) missing->push_back(p);
+        continue;
+      }
+      out.insert(out.end(), files.begin(), files.end());
+      continue;
+    }
     std::error_code ec;
     fs::file_status st = fs::status(p, ec);
     if (ec || !fs::exists(st)) {

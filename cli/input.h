@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,8 +23,13 @@ namespace d9::cli {
 // recursively for *.bin, *.bin.gz, *.bin.zst and *.active. Files of one directory come in
 // segment order (trace.2 before trace.10), so a process's segments are read oldest first.
 // Paths that do not exist are reported on stderr and appended to `missing`.
+// A path that names remote segments (s3://…) goes to the resolver set here, which makes
+// them local files (the d9 command sets ship/'s: cached downloads) in reading order. False
+// when it failed (said on stderr): the path counts as missing.
 std::vector<std::string> collect_inputs(const std::vector<std::string>& paths,
                                         std::vector<std::string>* missing = nullptr);
+using RemoteInputs = std::function<bool(const std::string& path, std::vector<std::string>* files)>;
+void set_remote_inputs(RemoteInputs resolver);
 
 // Sort key used by collect_inputs: directory, then segment number, then name.
 bool segment_order(const std::string& a, const std::string& b);

@@ -148,6 +148,19 @@ void parse_options(char* const* envp, Options* o) {
       }
     } else if (equals(name, "D9_SERVICE")) {
       copy_string(v, o->service, sizeof(o->service));
+    } else if (equals(name, "D9_S3_BUCKET")) {
+      copy_string(v, o->s3_bucket, sizeof(o->s3_bucket));
+    } else if (equals(name, "D9_S3_PREFIX")) {
+      // Without the slashes around it: the key adds its own.
+      while (*v == '/') ++v;
+      copy_string(v, o->s3_prefix, sizeof(o->s3_prefix));
+      for (size_t n = strlen(o->s3_prefix); n > 0 && o->s3_prefix[n - 1] == '/'; --n) {
+        o->s3_prefix[n - 1] = 0;
+      }
+    } else if (equals(name, "D9_S3_ENDPOINT") || equals(name, "D9_HOST")) {
+      // Read by libd9_ship.so (ship/client.h) when it is loaded.
+    } else if (equals(name, "D9_S3_EXIT_TIMEOUT")) {
+      size_option(name, v, 0, 3600, &o->s3_exit_timeout);
     } else if (equals(name, "D9_STACK_DEPTH")) {
       size_option(name, v, 1, 256, &o->stack_depth);
     } else if (equals(name, "D9_RING_SLOTS")) {

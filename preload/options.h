@@ -30,6 +30,9 @@ struct Options {
   Symbolize symbolize = Symbolize::kOn;       // D9_SYMBOLIZE
   bool has_seed = false;                      // D9_SEED given
   uint64_t seed = 0;                          // D9_SEED
+  char s3_bucket[256] = "";                   // D9_S3_BUCKET (ship/worker.h; off when empty)
+  char s3_prefix[256] = "";                   // D9_S3_PREFIX
+  uint64_t s3_exit_timeout = 5;               // D9_S3_EXIT_TIMEOUT (seconds)
 };
 
 // Parses the variables found in `envp` (NULL-terminated, like environ) into `out`.

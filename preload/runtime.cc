@@ -31,6 +31,7 @@
 #include "preload/log.h"
 #include "preload/own_libstdcxx.h"
 #include "writer/dump_request.h"
+#include "ship/worker.h"
 #include "writer/seal_tools.h"
 #include "writer/segment.h"
 
@@ -158,6 +159,7 @@ struct Writer {
   bool warm_up_started = false;     // see warm_up_for_children()
   bool unwinder_tried = false;      // see load_unwinder_if_wanted()
   uint64_t segments_dropped = 0;    // lost to write errors (full disk, ...)
+  uint64_t s3_dropped = 0;          // S3: unshipped segments deleted by retention
   uint64_t retry_after_ns = 0;      // back-off after a failed open or write
   uint64_t last_error_log_ns = 0;   // write errors are reported at most once a minute
   uint64_t last_dump_check_ns = 0;  // see serve_dump_requests()
@@ -361,6 +363,24 @@ bool start_d9_thread(void* (*fn)(void*), void* arg) {
   return started;
 }
 
+// ---- S3 shipping (ship/worker.h): the upload worker's hooks into the runtime ----------
+bool shipping() {
+  return g_options.s3_bucket[0] != 0;
+}
+
+// Writer thread, at its start (in every process, fork children included).
+void configure_shipping() {
+  if (!shipping()) return;
+  ship::WorkerHooks hooks{
+      .start_thread = start_d9_thread,
+      .on_thread_start = [] { tls_state.internal = 1; },  // never sample d9's own allocations
+      .lock_loader = [] { pthread_mutex_lock(&g_loader_mu); },
+      .unlock_loader = [] { pthread_mutex_unlock(&g_loader_mu); },
+  };
+  ship::configure({g_options.s3_bucket, g_options.s3_prefix, hooks});
+}
+// ---- end of S3 shipping ------------------------------------------------------------------
+
 // A process that forks gets its seal tools loaded and its current addresses symbolized
 // early, by a thread of its own, so that children forked from then on inherit warm caches
 // (module symbol tables, DWARF unit indexes) instead of building them again at their exit:
@@ -424,7 +444,7 @@ void hand_over_output(Writer& w) {
 }
 
 // Deletes the oldest sealed segments while this process's total exceeds D9_MAX_TOTAL_SIZE.
-void enforce_retention(const Writer& w) {
+void enforce_retention(Writer& w) {
   struct Sealed {
     uint64_t index;
     std::string path;
@@ -452,6 +472,16 @@ void enforce_retention(const Writer& w) {
             [](const Sealed& a, const Sealed& b) { return a.index < b.index; });
   // The newest sealed segment always stays, whatever its size.
   for (size_t i = 0; i + 1 < sealed.size() && total > g_options.max_total_size; ++i) {
+    // ---- S3 (ship/worker.h): what retention deletes was never shipped. Said once.
+    if (shipping()) {
+      if (!ship::drop(sealed[i].path)) continue;
+      if (w.s3_dropped++ == 0) {
+        log::line("S3 backlog over D9_MAX_TOTAL_SIZE: the oldest unshipped segments are ",
+                  "deleted (counted as s3.segments_dropped)");
+      }
+      total -= sealed[i].bytes;
+      continue;
+    }
     if (unlink(sealed[i].path.c_str()) == 0) total -= sealed[i].bytes;
   }
 }
@@ -523,11 +553,15 @@ std::string seal(Writer& w, bool rotating = false) {
       {"memory.unmatched_frees", std::to_string(w.collector.unmatched_frees())},
       {"d9.segments_dropped", std::to_string(w.segments_dropped)},
       {"cpu.sampling", cpu::state()}};
+  if (shipping())
+    options.extra_metadata.push_back({"s3.segments_dropped", std::to_string(w.s3_dropped)});
   StringMap cpu_counts = w.cpu.close_segment();
   options.extra_metadata.insert(options.extra_metadata.end(), cpu_counts.begin(), cpu_counts.end());
   options.symbolize = g_options.symbolize != Symbolize::kOff;
   if (g_options.compress == Compression::kZstd) options.compression = SealCompression::kZstd;
   if (g_options.compress == Compression::kGzip) options.compression = SealCompression::kGzip;
+  // S3: sealed as the upload's body (one gzip member), not zstd to be transcoded.
+  if (shipping() && options.compression) options.compression = SealCompression::kGzip;
   // Always: even unsymbolized segments carry the module map, for offline symbolization.
   pthread_mutex_lock(&g_tools_mu);
   options.tools = seal_tools(w);
@@ -548,6 +582,7 @@ std::string seal(Writer& w, bool rotating = false) {
     log_rate_limited(w, sealed->compress_error() + "; segment kept uncompressed");
   }
   enforce_retention(w);
+  if (shipping() && sealed->error().empty()) ship::segment_sealed(w.dir);  // S3: ship it
   return path;
 }
 
@@ -626,6 +661,7 @@ void* writer_main(void*) {
   g_writer = w;
   w->dir = std::string(g_options.output) + "/" + g_boot_id;
   w->metadata = build_metadata();
+  configure_shipping();
   cpu::poll(&g_stop);           // a fork child: proves the loader free for libunwind walks
   load_unwinder_if_wanted(*w);  // asked for before the writer got here
 
@@ -710,6 +746,7 @@ void on_fork_child() {
   cpu::after_fork_child();
   make_boot_id();
   g_writer_started = false;
+  if (shipping()) ship::after_fork_child();  // S3: the child ships its own segments
   start_writer();
 }
 
@@ -729,6 +766,7 @@ __attribute__((constructor)) void d9_start() {
   if (start_process() != kOn) return;
   cpu::start(g_options.cpu_hz, static_cast<uint32_t>(g_options.ring_slots),
              alloc::settings().stack_depth);
+  if (shipping()) ship::capture_environment(environ);  // S3: what libd9_ship.so will read
   pthread_atfork(tools_fork_prepare, tools_fork_parent, [] {
     ReentryGuard guard;  // d9's allocations here are not the program's
     tools_fork_child();
@@ -741,6 +779,7 @@ __attribute__((destructor)) void d9_stop() {
   ReentryGuard guard;
   if (g_state.load(std::memory_order_acquire) == kOn && !nothing_recorded()) {
     stop_writer(kExitWaitSecs);
+    if (shipping()) ship::finish(g_options.s3_exit_timeout);  // S3: ship the last segments
   }
 }
 

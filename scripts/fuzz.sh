@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the trace decoder (tests/fuzz/decoder_fuzz.cc) with libFuzzer.
+# Fuzzes the trace decoder (tests/fuzz/decoder_fuzz.cc) and the S3 listing parser
+# (tests/fuzz/list_xml_fuzz.cc) with libFuzzer.
 # Usage: scripts/fuzz.sh [seconds=30] [extra libFuzzer flags...]
 # Builds with clang++ -fsanitize=fuzzer,address,undefined into build-fuzz/ (or $D9_FUZZ_DIR),
 # seeds the corpus from the fixtures and exits non-zero if the fuzzer finds a crash.
@@ -64,5 +65,21 @@ rc=$?
 set -e
 if [[ $rc -ne 0 ]]; then
   echo "decoder_fuzz failed (exit $rc); reproducers in $out/artifacts/" >&2
+  exit $rc
+fi
+
+# The ListObjectsV2 parser (ship/layout.cc): a third of the time, seeded from a real answer.
+echo "== building and fuzzing $out/list_xml_fuzz for $(( (secs + 2) / 3 ))s"
+"$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+  -fno-omit-frame-pointer -Wall -Wextra -Werror -I"$root" \
+  "$root/ship/layout.cc" "$root/tests/fuzz/list_xml_fuzz.cc" -o "$out/list_xml_fuzz"
+mkdir -p "$out/xml-corpus"
+set +e
+"$out/list_xml_fuzz" -max_total_time=$(( (secs + 2) / 3 )) -max_len=8192 -timeout=10 \
+  -artifact_prefix="$out/artifacts/" "$out/xml-corpus" "$fixtures/s3"
+rc=$?
+set -e
+if [[ $rc -ne 0 ]]; then
+  echo "list_xml_fuzz failed (exit $rc); reproducers in $out/artifacts/" >&2
 fi
 exit $rc

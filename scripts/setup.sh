@@ -14,7 +14,13 @@ packages=(
   redis-server redis-tools                  # redis-server, redis-benchmark, redis-cli
   nginx wrk                                 # a static file server and its load generator
   chromium                                  # headless browser for the HTML report's tests
+  libcurl4-openssl-dev libssl-dev           # S3 uploads and downloads (ship/: SigV4, MD5)
+  awscli                                    # S3 tests: the independent client
 )
+
+# s3rver (the tests' S3 server, scripts/s3rver.sh) comes from npm: Debian's nodejs and npm
+# unless a node with its own npm (nodesource's) is already installed.
+if ! command -v npm >/dev/null 2>&1; then packages+=(nodejs npm); fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
 bash scripts/setup.sh
+bash scripts/s3rver.sh  # the S3 tests' server, from npm
 
 echo "== build and test (RelWithDebInfo)"
 BUILD_DIR=build bash scripts/build.sh

@@ -112,6 +112,25 @@ TEST(Options, InvalidValuesKeepDefaultsAndSayWhy) {
   EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 8) << err;
 }
 
+TEST(Options, S3Shipping) {
+  Options off = parse({"PATH=/bin"});
+  EXPECT_STREQ(off.s3_bucket, "");  // off unless a bucket is named
+  EXPECT_EQ(off.s3_exit_timeout, 5u);
+  testing::internal::CaptureStderr();
+  Options o = parse({"D9_S3_BUCKET=traces", "D9_S3_PREFIX=/fleet/prod/", "D9_S3_EXIT_TIMEOUT=0",
+                     "D9_S3_ENDPOINT=http://127.0.0.1:9000", "D9_HOST=web-3"});
+  Options bad = parse({"D9_S3_EXIT_TIMEOUT=forever"});
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_STREQ(o.s3_bucket, "traces");
+  EXPECT_STREQ(o.s3_prefix, "fleet/prod");
+  EXPECT_EQ(o.s3_exit_timeout, 0u);
+  EXPECT_EQ(bad.s3_exit_timeout, 5u);
+  // The endpoint and host are libd9_ship.so's to read: known, not "unknown variable".
+  EXPECT_EQ(err.find("D9_S3_ENDPOINT"), std::string::npos) << err;
+  EXPECT_EQ(err.find("D9_HOST"), std::string::npos) << err;
+  EXPECT_NE(err.find("invalid D9_S3_EXIT_TIMEOUT=\"forever\""), std::string::npos) << err;
+}
+
 TEST(Options, NullEnvironmentKeepsDefaults) {
   Options o;
   parse_options(nullptr, &o);
