@@ -30,8 +30,8 @@
 #include "preload/cpu.h"
 #include "preload/log.h"
 #include "preload/own_libstdcxx.h"
-#include "writer/dump_request.h"
 #include "ship/worker.h"
+#include "writer/dump_request.h"
 #include "writer/seal_tools.h"
 #include "writer/segment.h"
 
