@@ -662,6 +662,31 @@ TEST_F(S3FleetTest, AllocFromTheBucketEqualsAllocOnTheSameSegmentsFetchedByAws) 
   EXPECT_EQ(cached, svc_a);
   Shell again = shell(d9("alloc s3://" + std::string(kBucket) + "/fleet --service svc-a" + window));
   EXPECT_EQ(again.out, remote.out);
+  // The views over time and the HTML report read the bucket alike.
+  Shell peak_remote =
+      shell(d9("peak --json s3://" + std::string(kBucket) + "/fleet --service svc-a" + window));
+  Shell peak_here = shell(d9("peak --json " + local + window));
+  ASSERT_EQ(peak_remote.status, 0) << peak_remote.err;
+  // Each process's peak: its moment and estimated bytes (the order of near-equal sites
+  // below it follows the order files are read in, which differs between keys and paths).
+  auto peaks = [](const std::string& json) {
+    std::multiset<std::string> found;
+    std::regex peak(
+        "\"process\":\"([a-z]+-[0-9]+)\"[^{]*\"peak\":\\{\"mono_ns\":([0-9]+)"
+        "[^}]*\"est_bytes\":([0-9]+)");
+    for (std::sregex_iterator it(json.begin(), json.end(), peak), end; it != end; ++it) {
+      found.insert((*it)[1].str() + " " + (*it)[2].str() + " " + (*it)[3].str());
+    }
+    return found;
+  };
+  EXPECT_EQ(peaks(peak_remote.out), peaks(peak_here.out));
+  EXPECT_EQ(peaks(peak_here.out).size(), 3u) << peak_here.out.substr(0, 2000);
+  Shell report = shell(d9("report s3://" + std::string(kBucket) + "/fleet --service svc-a" +
+                          window + " -o " + dir_ + "/report.html"));
+  ASSERT_EQ(report.status, 0) << report.err;
+  std::ifstream page(dir_ + "/report.html");
+  std::string html((std::istreambuf_iterator<char>(page)), std::istreambuf_iterator<char>());
+  EXPECT_NE(html.find("steady_leaf"), std::string::npos) << "the page holds the sites";
   // --sample N: N segments spread over the window, the first and the last among them.
   Shell sampled = shell(
       d9("summary s3://" + std::string(kBucket) + "/fleet --service svc-a --sample 2" + window));
