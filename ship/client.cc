@@ -85,11 +85,12 @@ bool find_credentials(Credentials* c, std::string* error) {
   return false;
 }
 
-// Key text for a URL path: RFC 3986 unreserved characters and '/' as they are.
-std::string escape_path(const std::string& s) {
+// Percent-encoding as SigV4 wants it: RFC 3986 unreserved characters as they are, and '/'
+// too in a key's path (never in a query value).
+std::string escape(const std::string& s, bool keep_slash) {
   std::string out;
   for (unsigned char c : s) {
-    if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || c == '/') {
+    if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
       out += static_cast<char>(c);
     } else {
       char b[4];
@@ -99,19 +100,11 @@ std::string escape_path(const std::string& s) {
   }
   return out;
 }
-
+std::string escape_path(const std::string& s) {
+  return escape(s, true);
+}
 std::string escape_query(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      char b[4];
-      snprintf(b, sizeof(b), "%%%02X", c);
-      out += b;
-    }
-  }
-  return out;
+  return escape(s, false);
 }
 
 std::string hex(const unsigned char* p, size_t n) {
