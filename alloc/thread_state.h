@@ -23,8 +23,8 @@ struct ThreadState {
   uint8_t in_dlclose;     // inside dlclose: nested dlcloses (from destructors) must not wait
   int32_t sampled_flags;  // mallocx flags of this thread's sampled allocations; 0 = not set up
   uint8_t exited;         // thread-exit cleanup ran: no new per-thread resources
-  uint8_t unused;
-  uint16_t sampled_ops;  // sampled allocations and frees since the tcache was last flushed
+  uint8_t spare;          // free (padding before sampled_ops)
+  uint16_t sampled_ops;   // sampled allocations and frees since the tcache was last flushed
 };
 static_assert(sizeof(ThreadState) == 32,
               "ThreadState is on every allocation's path: keep it small");
