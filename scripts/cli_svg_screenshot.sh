@@ -26,10 +26,8 @@ if [ -z "$browser" ]; then
   browser=$(command -v chromium)
 fi
 
-if [ ! -x "$build/d9" ] || [ ! -f "$build/libd9.so" ]; then
-  cmake -S . -B "$build" -DD9_BUILD_TESTS=ON >/dev/null
-  make -C "$build" -j"$(nproc)" d9_cli d9 demo_service >/dev/null
-fi
+. scripts/need_build.sh
+need_build "$build" demo_service
 if [ -z "$trace" ]; then
   trace="$out/trace"
   rm -rf "$trace"
