@@ -13,7 +13,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/d9-svg}
 trace=${2:-}
-build=${BUILD_DIR:-build}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
@@ -26,8 +25,8 @@ if [ -z "$browser" ]; then
   browser=$(command -v chromium)
 fi
 
-. scripts/need_build.sh
-need_build "$build" demo_service
+# shellcheck source=scripts/need_build.sh
+. scripts/need_build.sh demo_service
 if [ -z "$trace" ]; then
   trace="$out/trace"
   rm -rf "$trace"

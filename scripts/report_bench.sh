@@ -12,13 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
-build=${BUILD_DIR:-build}
 bench=${D9_BENCH_DIR:-/tmp/d9-report-bench}
 target_mb=${D9_BENCH_MB:-1024}
-d9=$build/d9
-
-. scripts/need_build.sh
-need_build "$build" memory_shape
+# shellcheck source=scripts/need_build.sh
+. scripts/need_build.sh memory_shape
 
 mkdir -p "$bench/trace"
 while [ "$(du -sm "$bench/trace" | cut -f1)" -lt "$target_mb" ]; do
