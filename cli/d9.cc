@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -341,6 +342,21 @@ int load(const std::vector<std::string>& paths, Profile* p, bool origin = false)
   return 0;
 }
 
+// Loads a.paths into a Profile made from a.load (with --full-names as asked); returns 0 or
+// an exit status. With `tl`, the Timeline is told every event kept and finished (the views
+// over time, cli/timeline.h, which need the live set too) and the trace's start is found first.
+int load_profile(Args& a, Timeline* tl, std::optional<Profile>* p) {
+  if (tl) {
+    a.load.sink = tl;
+    a.load.track_live = true;
+  }
+  p->emplace(a.load);
+  (*p)->set_full_names(a.full_names);
+  if (int rc = load(a.paths, &**p, tl != nullptr)) return rc;
+  if (tl) tl->finish();
+  return 0;
+}
+
 FILE* open_output(const std::string& path, bool binary_ok, const char* what) {
   if (path.empty() || path == "-") {
     if (path.empty() && !binary_ok && isatty(1)) {
@@ -371,14 +387,9 @@ int cmd_report(Args& a) {
   const bool at = c == "leaks" && a.at.kind != TimeBound::kNone;
   const bool over_time = c == "peak" || c == "lifetimes" || (c == "alloc" && a.sizes) || at;
   Timeline tl;
-  if (over_time) {
-    a.load.sink = &tl;
-    a.load.track_live = true;
-  }
-  Profile p(a.load);
-  p.set_full_names(a.full_names);
-  if (int rc = load(a.paths, &p, over_time)) return rc;
-  tl.finish();
+  std::optional<Profile> loaded;
+  if (int rc = load_profile(a, over_time ? &tl : nullptr, &loaded)) return rc;
+  Profile& p = *loaded;
   if (at) {
     apply_live_at(p, tl, a.at);
     a.report.at = a.at_text;
@@ -401,14 +412,10 @@ int cmd_flame(Args& a) {
   const bool at = kind == Kind::kLive && a.at.kind != TimeBound::kNone;
   if (a.at.kind != TimeBound::kNone && !at) return usage_error("--at needs --kind live");
   Timeline tl;
-  if (at) a.load.sink = &tl;
-  Profile p(a.load);
-  p.set_full_names(a.full_names);
-  if (int rc = load(a.paths, &p, at)) return rc;
-  if (at) {
-    tl.finish();
-    apply_live_at(p, tl, a.at);
-  }
+  std::optional<Profile> loaded;
+  if (int rc = load_profile(a, at ? &tl : nullptr, &loaded)) return rc;
+  Profile& p = *loaded;
+  if (at) apply_live_at(p, tl, a.at);
   if (a.kind.empty()) kind = p.cpu_total().samples ? Kind::kCpu : Kind::kAlloc;
   std::vector<Folded> stacks = folded_stacks(p, kind, a.report.group, a.report.by_thread);
   if (stacks.empty()) {
@@ -468,12 +475,9 @@ int cmd_flame(Args& a) {
 int cmd_html_report(Args& a) {
   if (a.paths.empty()) return usage_error("'report' needs a PATH");
   Timeline tl;
-  a.load.sink = &tl;
-  a.load.track_live = true;
-  Profile p(a.load);
-  p.set_full_names(a.full_names);
-  if (int rc = load(a.paths, &p, true)) return rc;
-  tl.finish();
+  std::optional<Profile> loaded;
+  if (int rc = load_profile(a, &tl, &loaded)) return rc;
+  Profile& p = *loaded;
   HtmlReportOptions o;
   o.temporary_ns = a.temporary_ns;
   if (!a.title.empty()) o.title = a.title;

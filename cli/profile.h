@@ -25,26 +25,16 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cli/format.h"
 #include "cli/input.h"
 #include "cli/live_table.h"
+#include "cli/names.h"
+#include "cli/time_bound.h"
 
 namespace d9::cli {
 
 enum class Group { kFunction, kStack, kLine };
 bool parse_group(const std::string& s, Group* out);
-
-// One end of a --from/--to window: seconds relative to the start of the trace (the earliest
-// event of all inputs), or an absolute wall-clock instant (placed on each process's
-// monotonic timeline through its ClockSyncEvent).
-struct TimeBound {
-  enum Kind { kNone, kRelative, kWall } kind = kNone;
-  double seconds = 0;   // kRelative
-  int64_t wall_ns = 0;  // kWall, ns since the Unix epoch
-};
-// Accepts "12", "12.5", "1500ms", "2m", "1h" (relative), "@1714560000[.5]" (Unix seconds)
-// and "2024-05-01T12:00:00[.123][Z|+02:00]" or "2024-05-01 12:00:00" (local time without a
-// zone).
-bool parse_time(const std::string& s, TimeBound* out, std::string* error);
 
 struct Filter {
   TimeBound from, to;
@@ -314,19 +304,5 @@ class Profile {
   bool full_names_ = false;
   std::unordered_map<std::string, uint32_t> label_ids_;
 };
-
-// C++ (and Rust) names shortened for display, as pprof does: template arguments and the
-// parameter list go, "(anonymous namespace)", operators and {lambda…} stay.
-// "std::vector<int>::push_back(int const&)" -> "std::vector::push_back".
-std::string simplify_name(std::string_view name);
-// Allocation plumbing: the standard library and the allocator entry points.
-bool is_alloc_plumbing(std::string_view simplified_name);
-
-// Formatting helpers shared by the reports.
-std::string human_bytes(double bytes);
-std::string hex(uint64_t v);
-// "2024-05-01 12:00:00.123 +0200" (local time), or "+12.345 s" for monotonic stamps.
-std::string format_wall(int64_t ns);
-std::string json_escape(std::string_view s);
 
 }  // namespace d9::cli

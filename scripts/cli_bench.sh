@@ -12,16 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
-build=${BUILD_DIR:-build}
 bench=${D9_BENCH_DIR:-/tmp/d9-cli-bench}
 work=${D9_BENCH_ROUNDS_OF_WORK:-400000}
-d9=$build/d9
-
-if [ ! -x "$d9" ] || [ ! -f "$build/libd9.so" ] || [ ! -x "$build/tests/programs/known_sites" ]; then
-  echo "== building d9, libd9.so and known_sites in $build"
-  cmake -S . -B "$build" -DD9_BUILD_TESTS=ON >/dev/null
-  make -C "$build" -j"$(nproc)" d9_cli d9 known_sites >/dev/null
-fi
+# shellcheck source=scripts/need_build.sh
+. scripts/need_build.sh known_sites
 
 if [ ! -d "$bench/raw" ] || [ -z "$(find "$bench/raw" -name 'trace.*' -print -quit)" ]; then
   echo "== generating the trace: known_sites counted $work at D9_SAMPLE_RATE=1"

@@ -13,7 +13,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/d9-svg}
 trace=${2:-}
-build=${BUILD_DIR:-build}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
@@ -26,10 +25,8 @@ if [ -z "$browser" ]; then
   browser=$(command -v chromium)
 fi
 
-if [ ! -x "$build/d9" ] || [ ! -f "$build/libd9.so" ]; then
-  cmake -S . -B "$build" -DD9_BUILD_TESTS=ON >/dev/null
-  make -C "$build" -j"$(nproc)" d9_cli d9 demo_service >/dev/null
-fi
+# shellcheck source=scripts/need_build.sh
+. scripts/need_build.sh demo_service
 if [ -z "$trace" ]; then
   trace="$out/trace"
   rm -rf "$trace"

@@ -12,16 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-3}
-build=${BUILD_DIR:-build}
 bench=${D9_BENCH_DIR:-/tmp/d9-report-bench}
 target_mb=${D9_BENCH_MB:-1024}
-d9=$build/d9
-
-if [ ! -x "$d9" ] || [ ! -f "$build/libd9.so" ] || [ ! -x "$build/tests/programs/memory_shape" ]; then
-  echo "== building d9, libd9.so and memory_shape in $build"
-  cmake -S . -B "$build" >/dev/null
-  make -C "$build" -j"$(nproc)" d9_cli d9 memory_shape >/dev/null
-fi
+# shellcheck source=scripts/need_build.sh
+. scripts/need_build.sh memory_shape
 
 mkdir -p "$bench/trace"
 while [ "$(du -sm "$bench/trace" | cut -f1)" -lt "$target_mb" ]; do

@@ -11,20 +11,12 @@
 #include <sstream>
 
 #include "alloc/sampler.h"
-#include "tests/cli_test_util.h"
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 namespace d9::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A number after "key": in one line of d9's JSON.
-double json_number(const std::string& line, const std::string& key) {
-  size_t at = line.find("\"" + key + "\":");
-  if (at == std::string::npos) return NAN;
-  return strtod(line.c_str() + at + key.size() + 3, nullptr);
-}
 
 std::string json_first_addr(const std::string& line) {
   size_t at = line.find("\"frames\":[{\"addr\":\"");
@@ -33,21 +25,13 @@ std::string json_first_addr(const std::string& line) {
   return line.substr(at, line.find('"', at) - at);
 }
 
-class CliE2E : public ::testing::Test {
+class CliE2E : public TempDirTest {
  protected:
-  void SetUp() override { dir_ = make_temp_dir("cli-e2e"); }
-  void TearDown() override {
-    if (!HasFailure()) remove_tree(dir_);
-  }
-  std::string dir_;
+  CliE2E() : TempDirTest("cli-e2e") {}
 };
 
 TEST_F(CliE2E, AllocNamesKnownSitesInOrderWithinFivePercent) {
-  // Fixed seed for CI; D9_TEST_SEED=N reruns with another one.
-  const char* seed = getenv("D9_TEST_SEED");
-  RunResult r = run({program("known_sites"), "sites"},
-                    {"D9_OUTPUT=" + dir_, std::string("D9_SEED=") + (seed ? seed : "12345"),
-                     "D9_RING_SLOTS=65536"});
+  RunResult r = run_known_sites(dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<Site> sites = parse_sites(r.out);
   ASSERT_EQ(sites.size(), 4u) << r.out;

@@ -15,12 +15,14 @@
 #include "cli/flame.h"
 #include "cli/profile.h"
 #include "cli/report.h"
-#include "tests/cli_test_util.h"
+#include "tests/segment_builder.h"
+#include "tests/test_util.h"
 
 namespace d9::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using test::capture;
 using test::CpuSpec;
 using test::SegmentBuilder;
 
@@ -59,17 +61,6 @@ Profile loaded() {
   EXPECT_EQ(p.add_bytes("abcd-42/trace.0.bin", b.bytes()), "");
   p.finish();
   return p;
-}
-
-std::string capture(const std::function<void(FILE*)>& fn) {
-  char* buf = nullptr;
-  size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  fn(f);
-  fclose(f);
-  std::string s(buf, len);
-  free(buf);
-  return s;
 }
 
 TEST(CliFlame, FoldedStacksAreRootFirstWithEstimatedValues) {
@@ -355,7 +346,7 @@ for (const smp of p.sample) {
 
 TEST(CliExport, JsonLinesHaveOneEventPerLine) {
   SegmentBuilder b = sample_segment();
-  std::string dir = test::cli_temp_dir("cli-jsonl");
+  std::string dir = test::make_temp_dir("cli-jsonl");
   test::write_bytes(dir + "/abcd-42/trace.0.bin", b.bytes());
   decode::Trace t = decode::DecodeTrace(b.bytes());
   uint64_t events = 0;
@@ -454,7 +445,7 @@ TEST(CliReports, DiffShowsPerSiteChangeAndCpuShare) {
 TEST(CliBinary, DamagedInputExitStatus) {
   SegmentBuilder b = sample_segment();
   std::vector<uint8_t> full = b.bytes();
-  std::string dir = test::cli_temp_dir("cli-damaged");
+  std::string dir = test::make_temp_dir("cli-damaged");
   test::write_bytes(dir + "/abcd-42/trace.0.bin", full);
   test::write_bytes(dir + "/abcd-42/trace.1.bin.active",
                     std::vector<uint8_t>(full.begin(), full.begin() + full.size() / 2));
@@ -492,7 +483,7 @@ TEST(CliBinary, DamagedInputExitStatus) {
 
 TEST(CliBinary, FlameAndExportWriteFiles) {
   SegmentBuilder b = sample_segment();
-  std::string dir = test::cli_temp_dir("cli-files");
+  std::string dir = test::make_temp_dir("cli-files");
   test::write_bytes(dir + "/abcd-42/trace.0.bin", b.bytes());
   const std::string d9 = test::d9_binary();
   test::Shell svg = test::shell(d9 + " flame " + dir + " --kind alloc -o " + dir + "/a.svg");

@@ -10,12 +10,14 @@
 #include "cli/input.h"
 #include "cli/profile.h"
 #include "cli/report.h"
-#include "tests/cli_test_util.h"
+#include "tests/segment_builder.h"
+#include "tests/test_util.h"
 
 namespace d9::cli {
 namespace {
 
 namespace fs = std::filesystem;
+using test::capture;
 using test::CpuSpec;
 using test::LiveSpec;
 using test::SegmentBuilder;
@@ -53,17 +55,6 @@ void add_all(Profile& p, const S&... files) {
 
 std::string label_of(Profile& p, const std::vector<uint32_t>& key) {
   return key_string(p, key);
-}
-
-std::string capture(const std::function<void(FILE*)>& fn) {
-  char* buf = nullptr;
-  size_t len = 0;
-  FILE* f = open_memstream(&buf, &len);
-  fn(f);
-  fclose(f);
-  std::string s(buf, len);
-  free(buf);
-  return s;
 }
 
 TEST(CliProfile, WeighsEachSampleThenSums) {
@@ -436,7 +427,7 @@ TEST(CliProfile, FiltersByRelativeAndWallClockWindow) {
 }
 
 TEST(CliProfile, LoadFindsTheTraceStartForRelativeWindows) {
-  std::string dir = test::cli_temp_dir("cli-origin");
+  std::string dir = test::make_temp_dir("cli-origin");
   // Two processes; the trace starts with the earlier one.
   SegmentBuilder a(meta("abcd-1", 1), T0, SegmentBuilder::kRealtime);
   a.enc().alloc_event(T0 + 1 * kSec, 1, 1, 0x10, std::vector<uint64_t>{0x1});
@@ -535,7 +526,7 @@ TEST(CliLiveTable, MatchesAReferenceMap) {
 }
 
 TEST(CliInputs, DirectoriesAreSearchedRecursivelyInSegmentOrder) {
-  std::string dir = test::cli_temp_dir("cli-inputs");
+  std::string dir = test::make_temp_dir("cli-inputs");
   for (const char* f : {"p1/trace.10.bin", "p1/trace.2.bin.zst", "p1/trace.11.bin.active",
                         "p1/trace.1.bin.gz", "p2/deeper/trace.0.bin", "p1/notes.txt"}) {
     test::write_bytes(dir + "/" + f, {'x'});
@@ -558,7 +549,7 @@ TEST(CliInputs, ContainersAreToldByMagicBytes) {
   for (int i = 0; i < 100; ++i) {
     b.enc().alloc_event(T0 + i, 1, 100 + i, 0x10 + i, std::vector<uint64_t>{0x1, 0x2});
   }
-  std::string dir = test::cli_temp_dir("cli-containers");
+  std::string dir = test::make_temp_dir("cli-containers");
   // Names that lie about the container: only the magic bytes count.
   test::write_bytes(dir + "/raw/trace.0.bin.zst", b.bytes());
   test::write_bytes(dir + "/gz/trace.0.bin", test::gzip_compress(b.bytes()));

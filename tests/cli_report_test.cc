@@ -13,20 +13,13 @@
 #include <regex>
 #include <sstream>
 
-#include "tests/cli_test_util.h"
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 namespace d9::test {
 namespace {
 
 namespace fs = std::filesystem;
 constexpr double kMiB = 1024.0 * 1024.0;
-
-double json_number(const std::string& text, const std::string& key, size_t from = 0) {
-  size_t at = text.find("\"" + key + "\":", from);
-  if (at == std::string::npos) return NAN;
-  return strtod(text.c_str() + at + key.size() + 3, nullptr);
-}
 
 // The raw text of a JSON number after "key": (to compare digits exactly).
 std::string json_raw(const std::string& text, const std::string& key, size_t from = 0) {
@@ -43,11 +36,6 @@ std::string dom_value(const std::string& dom, const std::string& id,
   std::smatch m;
   std::regex re("id=\"" + id + "\"[^>]*" + attr + "=\"([^\"]*)\"");
   return std::regex_search(dom, m, re) ? m[1].str() : "";
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // Debian's chromium, headless, with a fresh profile and nothing that talks to the network.
@@ -67,15 +55,12 @@ int colours(const std::string& png) {
   return sh.status == 0 ? atoi(sh.out.c_str()) : -1;
 }
 
-class CliReport : public ::testing::Test {
+class CliReport : public TempDirTest {
  protected:
+  CliReport() : TempDirTest("cli-report") {}
   static void SetUpTestSuite() {
     ASSERT_EQ(shell("command -v chromium").status, 0)
         << "chromium is missing: scripts/setup.sh installs it";
-  }
-  void SetUp() override { dir_ = make_temp_dir("cli-report"); }
-  void TearDown() override {
-    if (!HasFailure()) remove_tree(dir_);
   }
   std::string d9(const std::string& args, const std::string& path) {
     Shell sh = shell(d9_binary() + " " + args + " --no-progress " + path);
@@ -96,7 +81,6 @@ class CliReport : public ::testing::Test {
     while (in >> word >> name >> rt >> mono) marks[name] = rt;
     return marks;
   }
-  std::string dir_;
 };
 
 TEST_F(CliReport, PageNumbersEqualTheCommandsAndTheWindowFollowsTheUrl) {

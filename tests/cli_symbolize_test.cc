@@ -20,85 +20,12 @@
 #include <sstream>
 #include <thread>
 
-#include "tests/cli_test_util.h"
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 namespace d9::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string subject() {
-  return program("segments_subject");
-}
-std::string dso_path() {
-  return program("libsegments_dso.so");
-}
-
-std::string basename_of(const std::string& path) {
-  return fs::path(path).filename().string();
-}
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-struct Module {
-  std::string path, build_id;
-  uint64_t start = 0, end = 0, bias = 0;
-};
-
-struct Segment {
-  decode::Trace trace;
-  std::vector<uint8_t> raw;
-  std::vector<Module> modules;
-  std::set<uint64_t> callchain_addrs;
-  std::map<uint64_t, std::vector<decode::SymbolTableEntry>> symbols;  // addr -> by depth
-
-  // The module of a return address, or nullptr.
-  const Module* module_of(uint64_t addr) const {
-    const Module* found = nullptr;
-    for (const Module& m : modules) {
-      if (addr - 1 >= m.start && addr - 1 < m.end) found = &m;  // the newest mapping wins
-    }
-    return found;
-  }
-  // (module path, address - bias) for an address, or ("", 0).
-  std::pair<std::string, uint64_t> where(uint64_t addr) const {
-    const Module* found = module_of(addr);
-    if (found == nullptr) return {"", 0};
-    return {fs::weakly_canonical(found->path).string(), addr - found->bias};
-  }
-  // The leaf of the allocations of `size` bytes (one call site).
-  uint64_t leaf_of(uint64_t size) const {
-    for (const decode::AllocEvent& a : trace.allocs) {
-      auto stack = trace.stack(a.stack);
-      if (a.size == size && !stack.empty()) return stack[0];
-    }
-    return 0;
-  }
-};
-
-Segment load(const std::string& path) {
-  Segment s;
-  s.trace = decode::LoadTrace(path);
-  s.raw = decode::ReadTraceFile(path).bytes;
-  decode::ForEachEvent(s.raw, [&](const decode::Event& e) {
-    for (const decode::Value& v : e.values) {
-      for (uint64_t pc : v.stack()) s.callchain_addrs.insert(pc);
-    }
-    if (e.name() != "Libd9Module") return;
-    s.modules.push_back({std::string(e.Find("path")->str()), std::string(e.Find("build_id")->str()),
-                         e.Find("start")->u64(), e.Find("end")->u64(), e.Find("bias")->u64()});
-  });
-  for (const decode::SymbolTableEntry& e : s.trace.symbols) s.symbols[e.addr].push_back(e);
-  for (auto& [addr, chain] : s.symbols) {
-    std::sort(chain.begin(), chain.end(),
-              [](const auto& a, const auto& b) { return a.inline_depth < b.inline_depth; });
-  }
-  return s;
-}
 
 std::string only_segment(const std::string& dir) {
   auto segs = find_segments(dir);
@@ -115,7 +42,7 @@ struct Golden {
 // `symbolize` is the value of D9_SYMBOLIZE: "0", "1" or "full".
 Golden run_golden(const std::string& dir, const std::string& dso, const std::string& symbolize,
                   const std::string& compress = "zstd") {
-  RunResult r = run({subject(), "golden", dso, "unload"},
+  RunResult r = run({segments_subject(), "golden", dso, "unload"},
                     {"D9_OUTPUT=" + dir, "D9_SAMPLE_RATE=1", "D9_COMPRESS=" + compress,
                      "D9_SYMBOLIZE=" + symbolize});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -131,8 +58,9 @@ Golden run_golden(const std::string& dir, const std::string& dso, const std::str
 
 // The leaf chain of a golden site: the noinline function at depth 0 (at the helper's call
 // line), the always_inline helper at depth 1 (at the malloc).
-void expect_site(const Segment& s, uint64_t size, const std::string& fn, const std::string& helper,
-                 const std::string& file, uint64_t call_line, uint64_t helper_line) {
+void expect_site(const SegmentFile& s, uint64_t size, const std::string& fn,
+                 const std::string& helper, const std::string& file, uint64_t call_line,
+                 uint64_t helper_line) {
   SCOPED_TRACE(fn);
   uint64_t leaf = s.leaf_of(size);
   ASSERT_NE(leaf, 0u);
@@ -179,25 +107,18 @@ bool compressed_debug_file(const std::string& build_id_hex) {
   return false;
 }
 
-class CliSymbolize : public ::testing::Test {
+class CliSymbolize : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = make_temp_dir("cli-symbolize");
-    ASSERT_FALSE(dir_.empty());
-  }
-  void TearDown() override {
-    if (!HasFailure()) remove_tree(dir_);
-  }
-  std::string dir_;
+  CliSymbolize() : TempDirTest("cli-symbolize") {}
 };
 
 TEST_F(CliSymbolize, OfflineSymbolsEqualInProcessOnes) {
-  Golden g = run_golden(dir_ + "/inproc", dso_path(), "full");
-  Golden g0 = run_golden(dir_ + "/bare", dso_path(), "0");
+  Golden g = run_golden(dir_ + "/inproc", segments_dso(), "full");
+  Golden g0 = run_golden(dir_ + "/bare", segments_dso(), "0");
   ASSERT_EQ(g.main_call, g0.main_call);
-  Segment inproc = load(only_segment(dir_ + "/inproc"));
+  SegmentFile inproc = load_segment(only_segment(dir_ + "/inproc"));
   std::string bare_path = only_segment(dir_ + "/bare");
-  Segment bare = load(bare_path);
+  SegmentFile bare = load_segment(bare_path);
   ASSERT_TRUE(bare.trace.symbols.empty()) << "D9_SYMBOLIZE=0 writes no symbols";
   ASSERT_FALSE(bare.modules.empty()) << "but the module map";
 
@@ -213,7 +134,7 @@ TEST_F(CliSymbolize, OfflineSymbolsEqualInProcessOnes) {
   EXPECT_EQ(packed[0], 0x28);  // zstd magic
   EXPECT_EQ(read_bytes(bare_path).size() > 0, true);
 
-  Segment out = load(out_path);
+  SegmentFile out = load_segment(out_path);
   EXPECT_TRUE(out.trace.ok()) << out.trace.error;
   // The original bytes come first, unchanged; then one more sub-stream.
   ASSERT_GT(out.raw.size(), bare.raw.size());
@@ -285,10 +206,10 @@ TEST_F(CliSymbolize, OfflineSymbolsEqualInProcessOnes) {
 // compressed: one frame named from its .symtab, the module as file, line 0. Every other
 // module (the program and its library carry their own DWARF) resolves exactly as with full.
 TEST_F(CliSymbolize, InProcessDefaultNamesModulesWithCompressedDebugFiles) {
-  Golden g = run_golden(dir_ + "/default", dso_path(), "1");
-  run_golden(dir_ + "/full", dso_path(), "full");
-  Segment def = load(only_segment(dir_ + "/default"));
-  Segment full = load(only_segment(dir_ + "/full"));
+  Golden g = run_golden(dir_ + "/default", segments_dso(), "1");
+  run_golden(dir_ + "/full", segments_dso(), "full");
+  SegmentFile def = load_segment(only_segment(dir_ + "/default"));
+  SegmentFile full = load_segment(only_segment(dir_ + "/full"));
   expect_site(def, 4242, "golden::outer_alloc(unsigned long)",
               "golden::inline_helper(unsigned long)", basename_of(g.main_file), g.main_call,
               g.main_helper);
@@ -298,7 +219,7 @@ TEST_F(CliSymbolize, InProcessDefaultNamesModulesWithCompressedDebugFiles) {
   size_t same = 0, by_name = 0, libc_by_name = 0;
   bool libc_compressed = false;
   for (const auto& [addr, chain] : def.symbols) {
-    const Module* m = def.module_of(addr);
+    const SegmentModule* m = def.module_of(addr);
     auto it = ref.find(def.where(addr));
     if (m == nullptr || it == ref.end()) continue;
     const auto& want = *it->second;
@@ -334,7 +255,7 @@ TEST_F(CliSymbolize, InProcessDefaultNamesModulesWithCompressedDebugFiles) {
 }
 
 TEST_F(CliSymbolize, NeverReplacesTheInputUnlessInPlaceAndKeepsGzip) {
-  run_golden(dir_, dso_path(), "0", "gzip");
+  run_golden(dir_, segments_dso(), "0", "gzip");
   std::string seg = only_segment(dir_);
   ASSERT_TRUE(seg.ends_with(".bin.gz")) << seg;
   std::vector<uint8_t> before = read_bytes(seg);
@@ -353,7 +274,7 @@ TEST_F(CliSymbolize, NeverReplacesTheInputUnlessInPlaceAndKeepsGzip) {
   ASSERT_GE(after.size(), 2u);
   EXPECT_EQ(after[0], 0x1f);  // still gzip, one member (zlib's gunzip reads it whole)
   EXPECT_EQ(after[1], 0x8b);
-  Segment s = load(seg);
+  SegmentFile s = load_segment(seg);
   EXPECT_TRUE(s.trace.ok()) << s.trace.error;
   EXPECT_FALSE(s.trace.symbols.empty());
   EXPECT_TRUE(fs::directory_iterator(fs::path(seg).parent_path()) != fs::directory_iterator());
@@ -366,12 +287,12 @@ TEST_F(CliSymbolize, BuildIdMismatchIsRefusedWithAMessage) {
   // The subject dlopens a copy of the library; after the run the copy's build-id changes.
   std::string lib = dir_ + "/lib/libsegments_dso.so";
   fs::create_directories(dir_ + "/lib");
-  fs::copy_file(dso_path(), lib);
+  fs::copy_file(segments_dso(), lib);
   Golden g = run_golden(dir_ + "/trace", lib, "0");
   std::string seg = only_segment(dir_ + "/trace");
-  Segment bare = load(seg);
-  const Module* m = nullptr;
-  for (const Module& mod : bare.modules) {
+  SegmentFile bare = load_segment(seg);
+  const SegmentModule* m = nullptr;
+  for (const SegmentModule& mod : bare.modules) {
     if (fs::weakly_canonical(mod.path) == fs::weakly_canonical(lib)) m = &mod;
   }
   ASSERT_NE(m, nullptr);
@@ -392,7 +313,7 @@ TEST_F(CliSymbolize, BuildIdMismatchIsRefusedWithAMessage) {
   EXPECT_NE(d9.err.find(lib + ": build-id mismatch (recorded " + m->build_id), std::string::npos)
       << d9.err;
   EXPECT_NE(d9.err.find("refused"), std::string::npos) << d9.err;
-  Segment out = load(only_segment(dir_ + "/out"));
+  SegmentFile out = load_segment(only_segment(dir_ + "/out"));
   EXPECT_EQ(out.symbols.count(out.leaf_of(4343)), 0u) << "nothing from the refused file";
   expect_site(out, 4242, "golden::outer_alloc(unsigned long)",
               "golden::inline_helper(unsigned long)", basename_of(g.main_file), g.main_call,
@@ -402,7 +323,7 @@ TEST_F(CliSymbolize, BuildIdMismatchIsRefusedWithAMessage) {
 TEST_F(CliSymbolize, ActiveSegmentOfAKilledProcessUsesASealedSiblingsModuleMap) {
   // No CPU samples: their leaves can sit in code with no symbol at all (libunwind's static
   // functions, while it captures an allocation's stack), which rightly stays unresolved.
-  Spawned proc({subject(), "steady", "30", "1"},
+  Spawned proc({segments_subject(), "steady", "30", "1"},
                {"D9_OUTPUT=" + dir_ + "/trace", "D9_ROTATE_SECS=1", "D9_SAMPLE_RATE=65536",
                 "D9_SYMBOLIZE=0", "D9_CPU_HZ=0"},
                true, "/dev/null");
@@ -425,7 +346,7 @@ TEST_F(CliSymbolize, ActiveSegmentOfAKilledProcessUsesASealedSiblingsModuleMap) 
   proc.stop(SIGKILL, 10000);
   ASSERT_FALSE(active.empty()) << "no sealed segment and active one within 15 s";
   ASSERT_TRUE(fs::exists(active));
-  Segment bare = load(active);
+  SegmentFile bare = load_segment(active);
   ASSERT_TRUE(bare.modules.empty()) << "an .active file was never sealed";
   ASSERT_FALSE(bare.callchain_addrs.empty());
 
@@ -447,7 +368,7 @@ TEST_F(CliSymbolize, ActiveSegmentOfAKilledProcessUsesASealedSiblingsModuleMap) 
   stem.resize(stem.size() - strlen(".active"));  // trace.N.bin
   std::string out_path = dir_ + "/out/" + stem;
   ASSERT_TRUE(fs::exists(out_path)) << d9.out;
-  Segment out = load(out_path);
+  SegmentFile out = load_segment(out_path);
   // Cut after the last whole frame: the output decodes cleanly.
   EXPECT_TRUE(out.trace.ok()) << out.trace.error;
   EXPECT_FALSE(out.modules.empty()) << "the borrowed map travels with the output";
@@ -471,7 +392,7 @@ TEST_F(CliSymbolize, ActiveSegmentOfAKilledProcessUsesASealedSiblingsModuleMap) 
   EXPECT_FALSE(fs::exists(active));
   std::string sealed = fs::path(active).parent_path() / stem;
   ASSERT_TRUE(fs::exists(sealed));
-  EXPECT_FALSE(load(sealed).trace.symbols.empty());
+  EXPECT_FALSE(load_segment(sealed).trace.symbols.empty());
 }
 
 }  // namespace

@@ -8,19 +8,12 @@
 #include <map>
 #include <sstream>
 
-#include "tests/cli_test_util.h"
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 namespace d9::test {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-
-double json_number(const std::string& text, const std::string& key, size_t from = 0) {
-  size_t at = text.find("\"" + key + "\":", from);
-  if (at == std::string::npos) return NAN;
-  return strtod(text.c_str() + at + key.size() + 3, nullptr);
-}
 
 // The est_bytes of the JSON line (one site per line) whose labels start with `label`.
 double site_bytes(const std::string& json, const std::string& label) {

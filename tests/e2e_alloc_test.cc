@@ -10,17 +10,14 @@
 #include <sstream>
 
 #include "alloc/sampler.h"
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 namespace d9::test {
 namespace {
 
-class E2EAlloc : public ::testing::Test {
+class E2EAlloc : public TempDirTest {
  protected:
-  void SetUp() override { dir_ = make_temp_dir("e2e-alloc"); }
-  void TearDown() override {
-    if (!HasFailure()) remove_tree(dir_);
-  }
+  E2EAlloc() : TempDirTest("e2e-alloc") {}
 
   // Decodes the one sealed segment the run must have produced.
   decode::Trace load_single_segment() {
@@ -35,21 +32,13 @@ class E2EAlloc : public ::testing::Test {
     EXPECT_TRUE(t.ok()) << t.error;
     return t;
   }
-
-  std::string dir_;
 };
 
 // The acceptance test of the core issue: at the default rate, Horvitz–Thompson estimates
 // are within ±5% for every site holding ≥10% of the bytes, and within ±3% in total.
-// The seed is fixed so CI is deterministic; D9_TEST_SEED=N reruns it with another seed
-// (scripts/accuracy.sh sweeps many).
+// The seed is fixed so CI is deterministic (run_known_sites; drops are tested below).
 TEST_F(E2EAlloc, EstimatesMatchKnownSitesAtDefaultRate) {
-  const char* seed = getenv("D9_TEST_SEED");
-  // This workload allocates ~50 GB/s, far beyond real services; a larger ring keeps a
-  // writer starved by a busy CI machine from dropping samples (drops are tested below).
-  RunResult r = run({program("known_sites"), "sites"},
-                    {"D9_OUTPUT=" + dir_, std::string("D9_SEED=") + (seed ? seed : "12345"),
-                     "D9_RING_SLOTS=65536"});
+  RunResult r = run_known_sites(dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   std::vector<Site> sites = parse_sites(r.out);

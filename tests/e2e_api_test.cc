@@ -7,7 +7,7 @@
 #include <map>
 #include <sstream>
 
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 namespace d9::test {
 namespace {
@@ -26,15 +26,9 @@ bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
 
-class E2EApi : public ::testing::Test {
+class E2EApi : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = make_temp_dir("e2e-api");
-    ASSERT_FALSE(dir_.empty());
-  }
-  void TearDown() override {
-    if (!HasFailure()) remove_tree(dir_);
-  }
+  E2EApi() : TempDirTest("e2e-api") {}
 
   // The reference: plain glibc, no d9.
   static const RunResult& reference() {
@@ -50,8 +44,6 @@ class E2EApi : public ::testing::Test {
     EXPECT_EQ(r.out, reference().out) << "stderr:\n" << r.err;
     return r;
   }
-
-  std::string dir_;
 };
 
 TEST_F(E2EApi, PassesWithoutD9) {

@@ -7,7 +7,7 @@
 #include <map>
 #include <sstream>
 
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 namespace d9::test {
 namespace {
@@ -104,13 +104,9 @@ bool inside(const Site& s, uint64_t pc) {
   return pc >= s.start && pc < s.end;
 }
 
-class E2ECpu : public ::testing::Test {
+class E2ECpu : public TempDirTest {
  protected:
-  void SetUp() override { dir_ = make_temp_dir("e2e-cpu"); }
-  void TearDown() override {
-    if (!HasFailure()) remove_tree(dir_);
-  }
-  std::string dir_;
+  E2ECpu() : TempDirTest("e2e-cpu") {}
 };
 
 // The acceptance test: the 70/30 split within ±5 points, the second thread's name (and

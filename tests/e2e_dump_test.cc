@@ -12,18 +12,14 @@
 #include <sstream>
 #include <thread>
 
-#include "tests/cli_test_util.h"
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 namespace d9::test {
 namespace {
 
-class E2EDump : public ::testing::Test {
+class E2EDump : public TempDirTest {
  protected:
-  void SetUp() override { dir_ = make_temp_dir("dump"); }
-  void TearDown() override {
-    if (!HasFailure()) remove_tree(dir_);
-  }
+  E2EDump() : TempDirTest("dump") {}
 
   // Starts dump_subject with `args` and waits for its "ready" line; the subject's sites.
   std::unique_ptr<Spawned> start(const std::vector<std::string>& args, const std::string& out,
@@ -48,11 +44,6 @@ class E2EDump : public ::testing::Test {
     return s;
   }
 
-  static std::string read_file(const std::string& path) {
-    std::ifstream in(path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-
   // Live allocations at held_site in the segment `path`, and whether held_site is named
   // by the segment's symbols.
   struct Held {
@@ -75,7 +66,7 @@ class E2EDump : public ::testing::Test {
     return h;
   }
 
-  std::string dir_, log_;
+  std::string log_;
   int started_ = 0;
 };
 

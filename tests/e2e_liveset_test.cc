@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "alloc/sampler.h"
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 namespace d9::test {
 namespace {
@@ -29,19 +29,15 @@ std::string site_name(const std::vector<Site>& sites, const std::vector<uint64_t
   return "other";
 }
 
-class E2ELiveset : public ::testing::Test {
+class E2ELiveset : public TempDirTest {
  protected:
-  void SetUp() override { dir_ = make_temp_dir("e2e-live"); }
-  void TearDown() override {
-    if (!HasFailure()) remove_tree(dir_);
-  }
+  E2ELiveset() : TempDirTest("e2e-live") {}
   TraceWithLiveset single_segment() {
     auto segs = find_segments(dir_);
     EXPECT_EQ(segs.size(), 1u);
     if (segs.empty()) return {};
     return load_with_liveset(segs[0]);
   }
-  std::string dir_;
 };
 
 // The acceptance test: 64 MiB leaked at one site, 2 GiB churned elsewhere. The live set at

@@ -33,7 +33,7 @@
 #include <sstream>
 #include <thread>
 
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 namespace d9::test {
 namespace {
@@ -75,15 +75,12 @@ struct Decoded {
   std::map<long, Process> by_pid;  // from the directory names, {boot_id} = xxxx-{pid}
 };
 
-class RealPrograms : public ::testing::Test {
+class RealPrograms : public TempDirTest {
  protected:
+  RealPrograms() : TempDirTest("e2e-real") {}
   void SetUp() override {
-    dir_ = make_temp_dir("e2e-real");
-    ASSERT_FALSE(dir_.empty());
+    TempDirTest::SetUp();
     traces_ = dir_ + "/traces";
-  }
-  void TearDown() override {
-    if (!HasFailure()) remove_tree(dir_);
   }
 
   // Runs argv without d9 and then with d9 (defaults, D9_OUTPUT under the test's
@@ -155,7 +152,6 @@ class RealPrograms : public ::testing::Test {
     return d;
   }
 
-  std::string dir_;
   std::string traces_;
 };
 
@@ -524,11 +520,6 @@ for _, k in ipairs(redis.call('KEYS', 'counter:*')) do sum = sum + tonumber(redi
 return sum
 )lua";
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // "field:value" of an INFO reply; -1 if absent.
 double info_field(const std::string& info, const std::string& field) {
   size_t at = info.find("\n" + field + ":");
@@ -588,7 +579,7 @@ class RealProgramsRedis : public RealPrograms {
       if ((*server)->pid() > 0 && wait_for_port(port, 15000, server->get())) return port;
       (*server)->stop(SIGKILL, 5000);  // the port was taken in between: try another
     }
-    ADD_FAILURE() << "redis-server did not start:\n" << read_text(root + "/server.log");
+    ADD_FAILURE() << "redis-server did not start:\n" << read_file(root + "/server.log");
     return -1;
   }
 
@@ -658,7 +649,7 @@ class RealProgramsRedis : public RealPrograms {
     EXPECT_NE(check.out.find("RDB looks OK"), std::string::npos) << check.out;
 
     cli(port, {"SHUTDOWN", "NOSAVE"});
-    EXPECT_EQ(server->wait(30000), 0) << read_text(root + "/server.log");
+    EXPECT_EQ(server->wait(30000), 0) << read_file(root + "/server.log");
 
     // The saved file loads back into a server (preloaded or not, as the first one).
     port = start(&server, root, preload);
@@ -670,7 +661,7 @@ class RealProgramsRedis : public RealPrograms {
     EXPECT_EQ(cli(port, {"DBSIZE"}), dbsize);
     EXPECT_EQ(cli(port, {"DEBUG", "DIGEST"}), digest) << "the data set came back different";
     cli(port, {"SHUTDOWN", "NOSAVE"});
-    EXPECT_EQ(server->wait(30000), 0) << read_text(root + "/server.log");
+    EXPECT_EQ(server->wait(30000), 0) << read_file(root + "/server.log");
     return s;
   }
 };
@@ -869,7 +860,7 @@ class RealProgramsNginx : public RealPrograms {
       }
     } kill_workers{&s};
     if (port < 0) {
-      ADD_FAILURE() << "nginx did not start:\n" << read_text(root + "/error.log");
+      ADD_FAILURE() << "nginx did not start:\n" << read_file(root + "/error.log");
       return s;
     }
     for (int i = 0; i < 500 && s.workers.size() < 2; ++i) {
@@ -905,9 +896,9 @@ class RealProgramsNginx : public RealPrograms {
     }
     EXPECT_GT(s.wrk_requests, 100u) << wrk.out;
 
-    EXPECT_EQ(master->stop(SIGQUIT, 30000), 0) << read_text(root + "/error.log");
+    EXPECT_EQ(master->stop(SIGQUIT, 30000), 0) << read_file(root + "/error.log");
     for (pid_t w : s.workers) EXPECT_NE(kill(w, 0), 0) << "worker " << w << " still running";
-    std::istringstream log(read_text(root + "/access.log"));
+    std::istringstream log(read_file(root + "/access.log"));
     int status = 0;
     uint64_t bytes = 0;
     while (log >> status >> bytes) {
@@ -916,7 +907,7 @@ class RealProgramsNginx : public RealPrograms {
     }
     EXPECT_GE(s.logged, s.wrk_requests + 3);
     EXPECT_EQ(s.non_200, 0u);
-    std::string errors = read_text(root + "/error.log");
+    std::string errors = read_file(root + "/error.log");
     EXPECT_EQ(errors.find("[alert]"), std::string::npos) << errors;
     EXPECT_EQ(errors.find("[crit]"), std::string::npos) << errors;
     EXPECT_EQ(errors.find("d9:"), std::string::npos) << errors;
@@ -995,7 +986,7 @@ TEST_F(RealPrograms, HostFileDescriptorReuseNeverReceivesTraceBytes) {
                          "exec 5>&-; wc -c <" +
                          out;
     expect_same_run({kBash, "-c", script}, {"LC_ALL=C"}, {"D9_SAMPLE_RATE=1"});
-    std::string text = read_text(out);
+    std::string text = read_file(out);
     EXPECT_TRUE(text == "hello\n") << out << " holds " << text.size() << " bytes";
   }
 }

@@ -23,84 +23,16 @@
 #include <sstream>
 #include <thread>
 
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 #include "writer/segment.h"
 
 namespace d9::test {
 namespace {
 namespace fs = std::filesystem;
 
-std::string subject() {
-  return program("segments_subject");
-}
-std::string dso_path() {
-  return program("libsegments_dso.so");
-}
-
-std::string basename_of(std::string_view path) {
-  size_t slash = path.rfind('/');
-  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
-}
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Runs a shell command (stock tools); true when it exits 0.
-bool shell(const std::string& command) {
-  return std::system(command.c_str()) == 0;
-}
-
-struct Module {
-  std::string path, build_id;
-  uint64_t start = 0, end = 0, bias = 0;
-};
-
-// One decoded segment: the typed trace, d9's module map, and every address found in any
-// stack-valued field of any event (allocations and the live set alike).
-struct Segment {
-  std::string path;
-  decode::Trace trace;
-  std::vector<Module> modules;
-  std::set<uint64_t> callchain_addrs;
-  std::map<uint64_t, std::vector<decode::SymbolTableEntry>> symbols;  // addr -> by depth
-  uint64_t seal_offset = 0;  // where the closing metadata starts: the bytes written before
-};
-
-Segment load(const std::string& path) {
-  Segment s;
-  s.path = path;
-  s.trace = decode::LoadTrace(path);
-  decode::RawTrace raw = decode::ReadTraceFile(path);
-  decode::ForEachEvent(raw.bytes, [&](const decode::Event& e) {
-    for (const decode::Value& v : e.values) {
-      for (uint64_t pc : v.stack()) s.callchain_addrs.insert(pc);
-    }
-    if (e.name() == "SegmentMetadataEvent" &&
-        e.Find("entries")->string_map().Find("segment.complete")) {
-      s.seal_offset = e.offset;
-    }
-    if (e.name() != "Libd9Module") return;
-    Module m;
-    m.path = std::string(e.Find("path")->str());
-    m.build_id = std::string(e.Find("build_id")->str());
-    m.start = e.Find("start")->u64();
-    m.end = e.Find("end")->u64();
-    m.bias = e.Find("bias")->u64();
-    s.modules.push_back(m);
-  });
-  for (const decode::SymbolTableEntry& e : s.trace.symbols) s.symbols[e.addr].push_back(e);
-  for (auto& [addr, chain] : s.symbols) {
-    std::sort(chain.begin(), chain.end(),
-              [](const auto& a, const auto& b) { return a.inline_depth < b.inline_depth; });
-  }
-  return s;
-}
-
 // What makes a segment stand alone: clock sync, its process's metadata, and a symbol chain
 // (depths 0..n-1, each named) for every address its stacks use.
-void expect_self_contained(const Segment& s) {
+void expect_self_contained(const SegmentFile& s) {
   SCOPED_TRACE(s.path);
   EXPECT_TRUE(s.trace.ok()) << s.trace.error;
   EXPECT_GE(s.trace.clock_syncs.size(), 1u);
@@ -146,15 +78,9 @@ uint64_t file_size(const std::string& path) {
   return ec ? 0 : n;
 }
 
-class E2ESegments : public ::testing::Test {
+class E2ESegments : public TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = make_temp_dir("e2e-segments");
-    ASSERT_FALSE(dir_.empty());
-  }
-  void TearDown() override {
-    if (!HasFailure()) remove_tree(dir_);
-  }
+  E2ESegments() : TempDirTest("e2e-segments") {}
 
   // The one process directory of a run that did not fork.
   std::string only_process_dir() {
@@ -162,8 +88,6 @@ class E2ESegments : public ::testing::Test {
     EXPECT_EQ(dirs.size(), 1u);
     return dirs.empty() ? "" : dirs[0];
   }
-
-  std::string dir_;
 };
 
 // ---- 1. golden symbols ---------------------------------------------------------------------
@@ -179,7 +103,7 @@ struct Expected {
 
 // The leaf frame of every allocation of `e.size` bytes resolves to the outer function at
 // depth 0 (at the helper's call line) and the inlined helper at depth 1 (at the malloc).
-void expect_golden(const Segment& s, const Expected& e) {
+void expect_golden(const SegmentFile& s, const Expected& e) {
   SCOPED_TRACE(e.function);
   int seen = 0;
   std::set<uint64_t> leaves;
@@ -218,7 +142,7 @@ void expect_golden(const Segment& s, const Expected& e) {
 
 // Runs the golden subject; with `unload` the library is dlclosed before the seal.
 void golden_test(const std::string& dir, bool unload) {
-  RunResult r = run({subject(), "golden", dso_path(), unload ? "unload" : "keep"},
+  RunResult r = run({segments_subject(), "golden", segments_dso(), unload ? "unload" : "keep"},
                     {"D9_OUTPUT=" + dir, "D9_SAMPLE_RATE=1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
@@ -248,20 +172,20 @@ void golden_test(const std::string& dir, bool unload) {
   auto segs = find_segments(dir);
   ASSERT_EQ(segs.size(), 1u);
   EXPECT_EQ(basename_of(segs[0]), "trace.0.bin.zst");
-  Segment s = load(segs[0]);
+  SegmentFile s = load_segment(segs[0]);
   expect_self_contained(s);
   expect_golden(s, main_site);
   expect_golden(s, dso_site);
 
   // The module map names the library, with its build-id and where it was mapped.
-  const Module* dso = nullptr;
-  std::string want = fs::weakly_canonical(dso_path()).string();
-  for (const Module& m : s.modules) {
+  const SegmentModule* dso = nullptr;
+  std::string want = fs::weakly_canonical(segments_dso()).string();
+  for (const SegmentModule& m : s.modules) {
     if (fs::weakly_canonical(m.path).string() == want) dso = &m;
   }
   // The main executable is in the map too.
   bool has_exe = false;
-  for (const Module& m : s.modules) has_exe |= basename_of(m.path) == "segments_subject";
+  for (const SegmentModule& m : s.modules) has_exe |= basename_of(m.path) == "segments_subject";
   EXPECT_TRUE(has_exe);
   ASSERT_NE(dso, nullptr) << "no Libd9Module for " << want;
   EXPECT_EQ(dso->build_id.size(), 40u) << dso->build_id;  // GNU build-id: sha1, in hex
@@ -314,7 +238,7 @@ void expect_same_trace(const decode::Trace& a, const decode::Trace& b) {
 std::string run_short(const std::string& dir, const std::vector<std::string>& extra_env) {
   std::vector<std::string> env = {"D9_OUTPUT=" + dir, "D9_SAMPLE_RATE=4096"};
   env.insert(env.end(), extra_env.begin(), extra_env.end());
-  RunResult r = run({subject(), "steady", "0.3", "1048576"}, env);
+  RunResult r = run({segments_subject(), "steady", "0.3", "1048576"}, env);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   auto segs = find_segments(dir);
@@ -331,7 +255,7 @@ TEST_F(E2ESegments, ZstdByDefaultOneFrameThatStockZstdDecompresses) {
       << "one zstd frame, nothing after it";
 
   std::string raw_path = dir_ + "/stock.bin";
-  ASSERT_TRUE(shell("zstd -q -d -c '" + zst + "' > '" + raw_path + "'"));
+  ASSERT_EQ(shell("zstd -q -d -c '" + zst + "' > '" + raw_path + "'").status, 0);
   std::vector<uint8_t> raw = read_bytes(raw_path);
   ASSERT_GE(raw.size(), 5u);
   EXPECT_EQ(std::string(raw.begin(), raw.begin() + 4), std::string("TRC\0", 4));
@@ -367,9 +291,9 @@ TEST_F(E2ESegments, GzipIsOneMemberThatStockGzipDecompresses) {
   EXPECT_EQ(z.avail_in, 0u) << "bytes after the first gzip member";
   out.resize(inflated);
 
-  ASSERT_TRUE(shell("gzip -t '" + gz + "'"));
+  ASSERT_EQ(shell("gzip -t '" + gz + "'").status, 0);
   std::string raw_path = dir_ + "/stock.bin";
-  ASSERT_TRUE(shell("gzip -dc '" + gz + "' > '" + raw_path + "'"));
+  ASSERT_EQ(shell("gzip -dc '" + gz + "' > '" + raw_path + "'").status, 0);
   std::vector<uint8_t> raw = read_bytes(raw_path);
   EXPECT_EQ(raw, out);
   EXPECT_EQ(raw, decode::ReadTraceFile(gz).bytes);
@@ -386,7 +310,7 @@ TEST_F(E2ESegments, CompressNoneLeavesARawSegment) {
   decode::Trace t = decode::LoadTrace(bin);
   EXPECT_EQ(t.container, decode::Container::kRaw);
   EXPECT_EQ(t.raw_bytes, file_size(bin));
-  Segment s = load(bin);
+  SegmentFile s = load_segment(bin);
   expect_self_contained(s);
 }
 
@@ -410,7 +334,7 @@ constexpr uint64_t kMarker = 8 << 20;  // steady's last allocation
 TEST_F(E2ESegments, RotationAt64KAndOneSecondGivesSelfContainedSegments) {
   auto start = std::chrono::steady_clock::now();
   RunResult r = run(
-      {subject(), "steady", "5", std::to_string(kMarker)},
+      {segments_subject(), "steady", "5", std::to_string(kMarker)},
       {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=262144", "D9_MAX_FILE_SIZE=64K", "D9_ROTATE_SECS=1"});
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -428,7 +352,7 @@ TEST_F(E2ESegments, RotationAt64KAndOneSecondGivesSelfContainedSegments) {
   uint64_t allocs = 0;
   for (auto& [index, path] : segs) {
     EXPECT_TRUE(path.ends_with(".bin.zst")) << path;
-    Segment s = load(path);  // alone: nothing carried over from the previous file
+    SegmentFile s = load_segment(path);  // alone: nothing carried over from the previous file
     expect_self_contained(s);
     if (boot_id.empty()) boot_id = s.trace.metadata["boot_id"];
     EXPECT_EQ(s.trace.metadata["boot_id"], boot_id);
@@ -463,12 +387,12 @@ struct DlopenLoop {
   static constexpr int kLoads = 120, kRounds = 20;
   int call_line = 0, helper_line = 0;  // of the library's allocation site
   unsigned long load_addresses = 0;
-  std::vector<Segment> segments;  // sealed, in order
+  std::vector<SegmentFile> segments;  // sealed, in order
 };
 
 DlopenLoop run_dlopen_loop(const std::string& dir, const std::vector<std::string>& d9_env) {
   DlopenLoop loop;
-  std::vector<std::string> argv = {subject(), "dlopen-loop", dso_path(),
+  std::vector<std::string> argv = {segments_subject(), "dlopen-loop", segments_dso(),
                                    std::to_string(DlopenLoop::kLoads),
                                    std::to_string(DlopenLoop::kRounds)};
   RunResult plain = run(argv, {}, /*preload=*/false);
@@ -498,7 +422,7 @@ DlopenLoop run_dlopen_loop(const std::string& dir, const std::vector<std::string
   std::map<long, std::string> segs = sealed_by_index(dirs[0]);
   EXPECT_GE(segs.size(), 3u) << "rotated at 16K";
   EXPECT_EQ(find_segments(dir).size(), segs.size()) << "everything sealed";
-  for (auto& [index, path] : segs) loop.segments.push_back(load(path));
+  for (auto& [index, path] : segs) loop.segments.push_back(load_segment(path));
   return loop;
 }
 
@@ -509,7 +433,7 @@ TEST_F(E2ESegments, DlopenDlcloseLoopKeepsTheLibrarysSymbols) {
   DlopenLoop loop = run_dlopen_loop(dir_, {});
   int seen = 0;
   std::set<uint64_t> leaves;
-  for (const Segment& s : loop.segments) {
+  for (const SegmentFile& s : loop.segments) {
     SCOPED_TRACE(s.path);
     expect_self_contained(s);
     for (const decode::AllocEvent& a : s.trace.allocs) {
@@ -541,15 +465,15 @@ TEST_F(E2ESegments, DlopenDlcloseLoopKeepsTheLibrarysSymbols) {
 // refreshes it first (writer/segment.cc, write_symbols()).
 TEST_F(E2ESegments, ModuleMapCoversTheLibraryInEverySegment) {
   DlopenLoop loop = run_dlopen_loop(dir_, {"D9_SYMBOLIZE=0"});
-  const std::string want = fs::weakly_canonical(dso_path()).string();
-  for (const Segment& s : loop.segments) {
+  const std::string want = fs::weakly_canonical(segments_dso()).string();
+  for (const SegmentFile& s : loop.segments) {
     SCOPED_TRACE(s.path);
     std::set<uint64_t> uncovered;
     for (const decode::AllocEvent& a : s.trace.allocs) {
       auto stack = s.trace.stack(a.stack);
       if (a.size != 4343 || stack.empty()) continue;
       bool covered = false;
-      for (const Module& m : s.modules) {
+      for (const SegmentModule& m : s.modules) {
         covered |= stack[0] >= m.start && stack[0] < m.end && fs::weakly_canonical(m.path) == want;
       }
       if (!covered) uncovered.insert(stack[0]);
@@ -582,7 +506,7 @@ TEST_F(E2ESegments, RetentionDeletesTheOldestAndCapsDiskUse) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   });
-  RunResult r = run({subject(), "steady", "2.5", std::to_string(kMarker)},
+  RunResult r = run({segments_subject(), "steady", "2.5", std::to_string(kMarker)},
                     {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=65536", "D9_MAX_FILE_SIZE=64K",
                      "D9_MAX_TOTAL_SIZE=256K", "D9_COMPRESS=none"});
   done.store(true);
@@ -609,18 +533,18 @@ TEST_F(E2ESegments, RetentionDeletesTheOldestAndCapsDiskUse) {
   EXPECT_LE(worst_total, kMaxTotal + biggest);
   EXPECT_GT(total, kMaxTotal / 2) << "retention deletes no more than it must";
   // The newest segment is always kept: it holds the program's last allocation.
-  Segment last = load(segs.rbegin()->second);
+  SegmentFile last = load_segment(segs.rbegin()->second);
   expect_self_contained(last);
   bool marker = false;
   for (const decode::AllocEvent& a : last.trace.allocs) marker |= a.size == kMarker;
   EXPECT_TRUE(marker);
-  for (auto& [index, path] : segs) expect_self_contained(load(path));
+  for (auto& [index, path] : segs) expect_self_contained(load_segment(path));
 }
 
 // ---- 5. fork -------------------------------------------------------------------------------
 
 TEST_F(E2ESegments, ForkedChildrenWriteTheirOwnDirectories) {
-  RunResult r = run({subject(), "fork"}, {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1"});
+  RunResult r = run({segments_subject(), "fork"}, {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   std::map<std::string, uint64_t> size_of_pid;  // pid -> the size only it allocates
@@ -657,7 +581,7 @@ TEST_F(E2ESegments, ForkedChildrenWriteTheirOwnDirectories) {
     ASSERT_FALSE(segs.empty());
     std::map<uint64_t, uint64_t> count_by_size;
     for (auto& [index, path] : segs) {
-      Segment s = load(path);
+      SegmentFile s = load_segment(path);
       expect_self_contained(s);
       EXPECT_EQ(s.trace.metadata["process.pid"], pid);
       EXPECT_EQ(s.trace.metadata["boot_id"], name);
@@ -704,7 +628,7 @@ TEST_F(E2ESegments, WorkerThatDropsRootKeepsWritingItsTrace) {
   ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);  // the new user must reach D9_OUTPUT below it
   std::string out = dir_ + "/out";          // created by d9
   std::string id = std::to_string(kNobody);
-  RunResult r = run({subject(), "drop-user", id, id},
+  RunResult r = run({segments_subject(), "drop-user", id, id},
                     {"D9_OUTPUT=" + out, "D9_SAMPLE_RATE=4096", "D9_MAX_FILE_SIZE=8192"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.err, "");
@@ -744,7 +668,7 @@ TEST_F(E2ESegments, WorkerThatDropsRootKeepsWritingItsTrace) {
   for (auto& [index, path] : segs) {
     ASSERT_EQ(stat(path.c_str(), &st), 0);
     EXPECT_EQ(st.st_uid, kNobody) << path;
-    Segment s = load(path);
+    SegmentFile s = load_segment(path);
     expect_self_contained(s);
     for (const decode::AllocEvent& a : s.trace.allocs) {
       if (a.size != 7007) continue;
@@ -763,7 +687,8 @@ TEST_F(E2ESegments, WorkerThatDropsRootKeepsWritingItsTrace) {
 // exec without fork: the old image's segment is sealed (symbolized, compressed) before the
 // image is replaced, and the new image is profiled into a directory of its own.
 TEST_F(E2ESegments, ExecSealsTheOldImageAndProfilesTheNewOne) {
-  RunResult r = run({subject(), "exec", subject()}, {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1"});
+  RunResult r = run({segments_subject(), "exec", segments_subject()},
+                    {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   auto dirs = list_dirs(dir_);
@@ -775,7 +700,7 @@ TEST_F(E2ESegments, ExecSealsTheOldImageAndProfilesTheNewOne) {
     ASSERT_FALSE(segs.empty());
     for (auto& [index, path] : segs) {
       EXPECT_TRUE(path.ends_with(".bin.zst")) << path;
-      Segment s = load(path);
+      SegmentFile s = load_segment(path);
       expect_self_contained(s);
       for (const decode::AllocEvent& a : s.trace.allocs) {
         if (a.size == 7001 || a.size == 7002) dirs_by_size[a.size].insert(d);
@@ -791,7 +716,7 @@ TEST_F(E2ESegments, ExecSealsTheOldImageAndProfilesTheNewOne) {
 // child that recorded nothing has nothing to seal (no directory) and skips the round trip
 // through its new writer. Both new images are profiled.
 TEST_F(E2ESegments, ForkedChildrenSealWhatTheyRecordedBeforeExec) {
-  RunResult r = run({subject(), "fork-exec", subject()},
+  RunResult r = run({segments_subject(), "fork-exec", segments_subject()},
                     {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1", "D9_CPU_HZ=0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
@@ -802,7 +727,7 @@ TEST_F(E2ESegments, ForkedChildrenSealWhatTheyRecordedBeforeExec) {
     ASSERT_FALSE(segs.empty()) << d;
     for (auto& [index, path] : segs) {
       EXPECT_TRUE(path.ends_with(".bin.zst")) << path;
-      Segment s = load(path);
+      SegmentFile s = load_segment(path);
       expect_self_contained(s);
       for (const decode::AllocEvent& a : s.trace.allocs) {
         if (a.size >= 7003 && a.size <= 7005) dirs_by_size[a.size].insert(d);
@@ -822,7 +747,7 @@ TEST_F(E2ESegments, ForkedChildrenSealWhatTheyRecordedBeforeExec) {
 // _exit runs no destructors, d9's included: d9 seals the last segment from its own _exit,
 // and the exit status is the program's.
 TEST_F(E2ESegments, QuickExitSealsTheLastSegment) {
-  RunResult r = run({subject(), "quick-exit"}, {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1"});
+  RunResult r = run({segments_subject(), "quick-exit"}, {"D9_OUTPUT=" + dir_, "D9_SAMPLE_RATE=1"});
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_EQ(r.err, "");
   auto dirs = list_dirs(dir_);
@@ -831,7 +756,7 @@ TEST_F(E2ESegments, QuickExitSealsTheLastSegment) {
   ASSERT_EQ(segs.size(), 1u);
   const std::string& path = segs.begin()->second;
   EXPECT_TRUE(path.ends_with(".bin.zst")) << path;
-  Segment s = load(path);
+  SegmentFile s = load_segment(path);
   expect_self_contained(s);
   EXPECT_EQ(s.trace.metadata["segment.complete"], "true");
   size_t marked = 0;
@@ -842,7 +767,7 @@ TEST_F(E2ESegments, QuickExitSealsTheLastSegment) {
 // ---- 6. SIGKILL ----------------------------------------------------------------------------
 
 TEST_F(E2ESegments, SigkillLeavesSealedSegmentsAndADecodableActiveOne) {
-  Spawned proc({subject(), "steady", "30", "1"},
+  Spawned proc({segments_subject(), "steady", "30", "1"},
                {"D9_OUTPUT=" + dir_, "D9_ROTATE_SECS=1", "D9_SAMPLE_RATE=65536"}, true,
                "/dev/null");
   ASSERT_GT(proc.pid(), 0);
@@ -865,7 +790,7 @@ TEST_F(E2ESegments, SigkillLeavesSealedSegmentsAndADecodableActiveOne) {
   for (const std::string& path : sealed) {
     // Killed while compressing, the newest may still be a sealed `.bin`.
     EXPECT_TRUE(path.ends_with(".bin.zst") || path.ends_with(".bin")) << path;
-    Segment s = load(path);
+    SegmentFile s = load_segment(path);
     expect_self_contained(s);
     // Rotated by age (the size limit is the default 32M): about a second of samples each.
     ASSERT_FALSE(s.trace.allocs.empty());
@@ -911,7 +836,8 @@ std::set<int> low_fds(const std::string& listing, const std::string& tag) {
 
 TEST_F(E2ESegments, PrivateModesAndNoDescriptorLeaksIntoExecdChildren) {
   std::string out = dir_ + "/nested/out";
-  RunResult r = run({subject(), "fds", subject()}, {"D9_OUTPUT=" + out, "D9_SAMPLE_RATE=1"});
+  RunResult r = run({segments_subject(), "fds", segments_subject()},
+                    {"D9_OUTPUT=" + out, "D9_SAMPLE_RATE=1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err, "");
   std::map<std::string, int> fds_by_tag;
@@ -938,7 +864,8 @@ TEST_F(E2ESegments, PrivateModesAndNoDescriptorLeaksIntoExecdChildren) {
 
   // Below the floor the program sees exactly the descriptors it has without d9: none of
   // d9's, nor libunwind's pipe (opened at the first stack capture, on 3 and 4 before).
-  RunResult plain = run({subject(), "fds", subject()}, {"D9_OUTPUT=" + out, "D9_ENABLE=0"});
+  RunResult plain =
+      run({segments_subject(), "fds", segments_subject()}, {"D9_OUTPUT=" + out, "D9_ENABLE=0"});
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   EXPECT_EQ(low_fds(r.out, "self"), low_fds(plain.out, "self")) << r.out << "\nwithout d9:\n"
                                                                 << plain.out;

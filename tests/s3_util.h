@@ -11,8 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/cli_test_util.h"
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 namespace d9::test {
 

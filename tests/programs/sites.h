@@ -1,7 +1,7 @@
 // Allocation sites the end-to-end tests can recognise without a symbolizer: each site's
 // code goes in a section of its own, and the program prints the section's address range
 // with what it really allocated there ("site NAME START END BYTES COUNT", read by
-// parse_sites() in tests/e2e_util.h).
+// parse_sites() in tests/test_util.h).
 #pragma once
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-#include "tests/e2e_util.h"
+#include "tests/test_util.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -14,9 +14,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -32,6 +35,15 @@ std::string libd9_path() {
 }
 std::string program(const std::string& name) {
   return std::string(D9_BUILD_DIR) + "/tests/programs/" + name;
+}
+std::string segments_subject() {
+  return program("segments_subject");
+}
+std::string segments_dso() {
+  return program("libsegments_dso.so");
+}
+std::string d9_binary() {
+  return std::string(D9_BUILD_DIR) + "/d9";
 }
 
 namespace {
@@ -118,6 +130,28 @@ RunResult run(const std::vector<std::string>& argv, const std::vector<std::strin
   int status = 0;
   waitpid(pid, &status, 0);
   r.exit_code = exit_code_of(status);
+  return r;
+}
+
+RunResult run_known_sites(const std::string& out_dir) {
+  const char* seed = getenv("D9_TEST_SEED");
+  return run({program("known_sites"), "sites"},
+             {"D9_OUTPUT=" + out_dir, std::string("D9_SEED=") + (seed ? seed : "12345"),
+              "D9_RING_SLOTS=65536"});
+}
+
+Shell shell(const std::string& cmd) {
+  Shell r;
+  std::string errfile = make_temp_dir("sh") + "/stderr";
+  FILE* p = popen((cmd + " 2>" + errfile).c_str(), "r");
+  if (!p) return r;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  r.err = read_file(errfile);
+  fs::remove_all(fs::path(errfile).parent_path());
   return r;
 }
 
@@ -298,6 +332,100 @@ std::string make_temp_dir(const std::string& tag) {
 void remove_tree(const std::string& path) {
   std::error_code ec;
   fs::remove_all(path, ec);
+}
+
+void TempDirTest::SetUp() {
+  dir_ = make_temp_dir(tag_);
+  ASSERT_FALSE(dir_.empty());
+}
+
+void TempDirTest::TearDown() {
+  if (!HasFailure()) remove_tree(dir_);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::string& path, const std::vector<uint8_t>& data) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+}
+
+std::string basename_of(std::string_view path) {
+  size_t slash = path.rfind('/');
+  return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
+}
+
+std::string capture(const std::function<void(FILE*)>& fn) {
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  fn(f);
+  fclose(f);
+  std::string s(buf, len);
+  free(buf);
+  return s;
+}
+
+double json_number(const std::string& text, const std::string& key, size_t from) {
+  size_t at = text.find("\"" + key + "\":", from);
+  if (at == std::string::npos) return NAN;
+  return strtod(text.c_str() + at + key.size() + 3, nullptr);
+}
+
+SegmentFile load_segment(const std::string& path) {
+  SegmentFile s;
+  s.path = path;
+  s.trace = decode::LoadTrace(path);
+  s.raw = decode::ReadTraceFile(path).bytes;
+  decode::ForEachEvent(s.raw, [&](const decode::Event& e) {
+    for (const decode::Value& v : e.values) {
+      for (uint64_t pc : v.stack()) s.callchain_addrs.insert(pc);
+    }
+    if (e.name() == "SegmentMetadataEvent" &&
+        e.Find("entries")->string_map().Find("segment.complete")) {
+      s.seal_offset = e.offset;
+    }
+    if (e.name() != "Libd9Module") return;
+    s.modules.push_back({std::string(e.Find("path")->str()), std::string(e.Find("build_id")->str()),
+                         e.Find("start")->u64(), e.Find("end")->u64(), e.Find("bias")->u64()});
+  });
+  for (const decode::SymbolTableEntry& e : s.trace.symbols) s.symbols[e.addr].push_back(e);
+  for (auto& [addr, chain] : s.symbols) {
+    std::sort(chain.begin(), chain.end(),
+              [](const auto& a, const auto& b) { return a.inline_depth < b.inline_depth; });
+  }
+  return s;
+}
+
+const SegmentModule* SegmentFile::module_of(uint64_t addr) const {
+  const SegmentModule* found = nullptr;
+  for (const SegmentModule& m : modules) {
+    if (addr - 1 >= m.start && addr - 1 < m.end) found = &m;  // the newest mapping wins
+  }
+  return found;
+}
+
+std::pair<std::string, uint64_t> SegmentFile::where(uint64_t addr) const {
+  const SegmentModule* found = module_of(addr);
+  if (found == nullptr) return {"", 0};
+  return {fs::weakly_canonical(found->path).string(), addr - found->bias};
+}
+
+uint64_t SegmentFile::leaf_of(uint64_t size) const {
+  for (const decode::AllocEvent& a : trace.allocs) {
+    auto stack = trace.stack(a.stack);
+    if (a.size == size && !stack.empty()) return stack[0];
+  }
+  return 0;
 }
 
 std::vector<std::string> find_segments(const std::string& dir) {

@@ -1,18 +1,12 @@
-// Helpers for the `d9` command's tests: build segments in memory with the encoder, including
-// events the encoder has no method for (CpuSampleEvent, Libd9LiveAllocation), written as
-// hand-made frames in their own sub-stream.
+// Segments built in memory for the `d9` command's tests, with the encoder, including events
+// the encoder has no method for (CpuSampleEvent, Libd9LiveAllocation), written as hand-made
+// frames in their own sub-stream; and the compressed containers of such bytes.
 #pragma once
 
-#include <stdlib.h>
-#include <sys/wait.h>
 #include <zlib.h>
 #include <zstd.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -153,12 +147,6 @@ class SegmentBuilder {
   mutable Encoder e_;
 };
 
-inline void write_bytes(const std::string& path, const std::vector<uint8_t>& data) {
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-}
-
 inline std::vector<uint8_t> zstd_compress(const std::vector<uint8_t>& in) {
   std::vector<uint8_t> out(ZSTD_compressBound(in.size()));
   size_t n = ZSTD_compress(out.data(), out.size(), in.data(), in.size(), 3);
@@ -178,41 +166,6 @@ inline std::vector<uint8_t> gzip_compress(const std::vector<uint8_t>& in) {
   out.resize(zs.total_out);
   deflateEnd(&zs);
   return out;
-}
-
-// A fresh directory under the build tree.
-inline std::string cli_temp_dir(const std::string& tag) {
-  namespace fs = std::filesystem;
-  fs::path base = fs::path(D9_BUILD_DIR) / "test-tmp";
-  fs::create_directories(base);
-  std::string tmpl = (base / (tag + "-XXXXXX")).string();
-  char* d = mkdtemp(tmpl.data());
-  return d ? std::string(d) : std::string();
-}
-
-// Runs a shell command, capturing stdout (and stderr when err is given, via a file).
-struct Shell {
-  int status = -1;
-  std::string out, err;
-};
-inline Shell shell(const std::string& cmd) {
-  Shell r;
-  std::string errfile = cli_temp_dir("sh") + "/stderr";
-  FILE* p = popen((cmd + " 2>" + errfile).c_str(), "r");
-  if (!p) return r;
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-  std::ifstream e(errfile);
-  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
-  std::filesystem::remove_all(std::filesystem::path(errfile).parent_path());
-  return r;
-}
-
-inline std::string d9_binary() {
-  return std::string(D9_BUILD_DIR) + "/d9";
 }
 
 }  // namespace d9::test

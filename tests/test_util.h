@@ -1,11 +1,19 @@
-// Helpers for end-to-end tests: run a program with libd9.so preloaded, then find and
-// decode the segments it wrote.
+// Helpers shared by the `d9` command's tests and the end-to-end tests: run a program with
+// libd9.so preloaded (or a shell command, or d9), give each test a directory, then find,
+// read and decode the segments and files written.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <set>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "writer/decoder.h"
@@ -58,9 +66,43 @@ bool wait_for_port(int port, int timeout_ms, Spawned* server = nullptr);
 // Pids of the running children of `parent` (from /proc).
 std::vector<pid_t> children_of(pid_t parent);
 
-// A fresh empty directory under the build tree, removed by the caller's fixture.
+// A fresh empty directory under the build tree ("" on failure), removed by the caller.
 std::string make_temp_dir(const std::string& tag);
 void remove_tree(const std::string& path);
+
+// A test with a fresh directory of its own under the build tree (dir_, named after `tag`):
+// removed when the test passed, kept for a look when it failed.
+class TempDirTest : public ::testing::Test {
+ protected:
+  explicit TempDirTest(std::string tag) : tag_(std::move(tag)) {}
+  void SetUp() override;
+  void TearDown() override;
+  std::string dir_;
+
+ private:
+  std::string tag_;
+};
+
+// Runs a shell command, capturing stdout (and stderr, through a file).
+struct Shell {
+  int status = -1;  // exit status, or 128 + signal number
+  std::string out, err;
+};
+Shell shell(const std::string& cmd);
+// The d9 command of this build.
+std::string d9_binary();
+
+// A whole file ("" or empty when it cannot be read).
+std::string read_file(const std::string& path);
+std::vector<uint8_t> read_bytes(const std::string& path);
+// Writes `data` to `path`, making its directory first.
+void write_bytes(const std::string& path, const std::vector<uint8_t>& data);
+// The last component of a path.
+std::string basename_of(std::string_view path);
+// What `fn` writes to the FILE* it is given.
+std::string capture(const std::function<void(FILE*)>& fn);
+// The number after "key": in d9's JSON output, from `from` on; NaN when absent.
+double json_number(const std::string& text, const std::string& key, size_t from = 0);
 
 // Every segment file under dir (recursive): *.bin, *.bin.gz, *.bin.zst, *.active.
 std::vector<std::string> find_segments(const std::string& dir);
@@ -95,8 +137,41 @@ TraceWithLiveset load_with_liveset(const std::string& path);
 // nothing is freed twice or both freed and live, and allocs = frees + live.
 void expect_exact_pairing(const TraceWithLiveset& d);
 
+// One segment file decoded: the typed trace, the raw stream, d9's module map, every address
+// in any stack-valued field of any event (allocations and the live set alike), and the
+// symbol chains by address.
+struct SegmentModule {
+  std::string path, build_id;
+  uint64_t start = 0, end = 0, bias = 0;
+};
+struct SegmentFile {
+  std::string path;
+  decode::Trace trace;
+  std::vector<uint8_t> raw;  // the decompressed stream
+  std::vector<SegmentModule> modules;
+  std::set<uint64_t> callchain_addrs;
+  std::map<uint64_t, std::vector<decode::SymbolTableEntry>> symbols;  // addr -> by depth
+  uint64_t seal_offset = 0;  // where the closing metadata starts: the bytes written before
+
+  // The module of a return address (the newest mapping wins), or nullptr.
+  const SegmentModule* module_of(uint64_t addr) const;
+  // (canonical module path, address - bias) for an address, or ("", 0).
+  std::pair<std::string, uint64_t> where(uint64_t addr) const;
+  // The leaf of the allocations of `size` bytes (one call site), or 0.
+  uint64_t leaf_of(uint64_t size) const;
+};
+SegmentFile load_segment(const std::string& path);
+
 // Path of a program the suite builds (tests/programs/NAME).
 std::string program(const std::string& name);
 std::string libd9_path();
+// tests/programs' segments_subject and the library it loads.
+std::string segments_subject();
+std::string segments_dso();
+// known_sites' "sites" workload under libd9.so, writing to `out_dir`, with the seed CI uses
+// (D9_TEST_SEED=N reruns it with another; scripts/accuracy.sh sweeps many). It allocates
+// ~50 GB/s, far beyond real services: a larger ring keeps a writer starved by a busy CI
+// machine from dropping samples.
+RunResult run_known_sites(const std::string& out_dir);
 
 }  // namespace d9::test
