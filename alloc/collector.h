@@ -63,7 +63,8 @@ class Collector {
   // not yet published) when a newer allocation reusing its address arrives, so an address
   // may briefly hold several incarnations; a free pairs with the newest one before it.
   LiveMap live_;
-  // Stacks of live allocations, kept across segments for the live set at each seal.
+  // Stacks of sampled allocations, interned once and kept across segments: the encoder
+  // pools them by id, and the live set written at each seal refers to them.
   StackTable stacks_;
   uint64_t reported_dropped_allocs_ = 0;
   uint64_t reported_dropped_frees_ = 0;

@@ -32,6 +32,7 @@
 #include "preload/own_libstdcxx.h"
 #include "ship/worker.h"
 #include "writer/dump_request.h"
+#include "writer/output_dir.h"
 #include "writer/seal_tools.h"
 #include "writer/segment.h"
 
@@ -209,20 +210,6 @@ timespec deadline_after(long ns) {
   ts.tv_sec += ts.tv_nsec / 1000000000L;
   ts.tv_nsec %= 1000000000L;
   return ts;
-}
-
-// The process's own directory is 0700; directories above it that d9 creates are 0711, so
-// that a process which switches to another user can still reach its own directory,
-// while nobody else can list them.
-bool make_dirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i != path.size() && path[i] != '/') continue;
-    std::string prefix = path.substr(0, i);
-    mode_t mode = i == path.size() ? 0700 : 0711;
-    if (mkdir(prefix.c_str(), mode) != 0 && errno != EEXIST) return false;
-  }
-  struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 StringMap build_metadata() {
@@ -428,48 +415,18 @@ void warm_up_for_children(Writer& w) {
 void hand_over_output(Writer& w) {
   auto uid = static_cast<uid_t>(g_new_uid.load(std::memory_order_acquire));
   auto gid = static_cast<gid_t>(g_new_gid.load(std::memory_order_acquire));
-  if (!make_dirs(w.dir)) return;  // opened by the new owner otherwise, who cannot create it
-  bool ok = lchown(w.dir.c_str(), uid, gid) == 0;
-  if (DIR* dir = opendir(w.dir.c_str())) {
-    while (dirent* e = readdir(dir)) {
-      if (e->d_name[0] == '.') continue;
-      ok &= fchownat(dirfd(dir), e->d_name, uid, gid, AT_SYMLINK_NOFOLLOW) == 0;
-    }
-    closedir(dir);
-  }
-  if (!ok)
+  if (!make_output_dirs(w.dir)) return;  // the new owner could not create it
+  if (!chown_output_dir(w.dir, uid, gid)) {
     log_rate_limited(w, "cannot hand " + w.dir + " over to the new user: " + strerror(errno));
+  }
   if (gid != static_cast<gid_t>(-1)) syscall(SYS_setfsgid, gid);
   if (uid != static_cast<uid_t>(-1)) syscall(SYS_setfsuid, uid);
 }
 
 // Deletes the oldest sealed segments while this process's total exceeds D9_MAX_TOTAL_SIZE.
 void enforce_retention(Writer& w) {
-  struct Sealed {
-    uint64_t index;
-    std::string path;
-    uint64_t bytes;
-  };
-  std::vector<Sealed> sealed;
-  uint64_t total = 0;
-  DIR* dir = opendir(w.dir.c_str());
-  if (!dir) return;
-  while (dirent* e = readdir(dir)) {
-    unsigned long long index;
-    int end = 0;
-    if (sscanf(e->d_name, "trace.%llu.bin%n", &index, &end) != 1 || end == 0) continue;
-    std::string rest = e->d_name + end;
-    std::string path = w.dir + "/" + e->d_name;
-    struct stat st;
-    if (stat(path.c_str(), &st) != 0) continue;
-    total += static_cast<uint64_t>(st.st_size);
-    if (rest.empty() || rest == ".zst" || rest == ".gz") {
-      sealed.push_back({index, path, static_cast<uint64_t>(st.st_size)});
-    }
-  }
-  closedir(dir);
-  std::sort(sealed.begin(), sealed.end(),
-            [](const Sealed& a, const Sealed& b) { return a.index < b.index; });
+  uint64_t total;
+  std::vector<SealedSegment> sealed = sealed_segments(w.dir, &total);
   // The newest sealed segment always stays, whatever its size.
   for (size_t i = 0; i + 1 < sealed.size() && total > g_options.max_total_size; ++i) {
     // ---- S3 (ship/worker.h): what retention deletes was never shipped. Said once.
@@ -486,22 +443,8 @@ void enforce_retention(Writer& w) {
   }
 }
 
-// One past the highest segment index already in dir (0 for a new directory), so a
-// directory name that happens to be reused never has its segments overwritten.
-uint64_t next_free_index(const std::string& dir) {
-  uint64_t next = 0;
-  DIR* d = opendir(dir.c_str());
-  if (!d) return 0;
-  while (dirent* e = readdir(d)) {
-    unsigned long long index;
-    if (sscanf(e->d_name, "trace.%llu.bin", &index) == 1 && index + 1 > next) next = index + 1;
-  }
-  closedir(d);
-  return next;
-}
-
 bool open_segment(Writer& w) {
-  if (!make_dirs(w.dir)) {
+  if (!make_output_dirs(w.dir)) {
     w.segment->discard();
     turn_off("cannot create output directory " + w.dir + ": " + strerror(errno));
     return false;

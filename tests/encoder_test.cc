@@ -116,6 +116,39 @@ TEST(Encoder, StacksAndStringsArePooledOncePerSubStream) {
   EXPECT_EQ(t.unresolved_refs, 0u);
 }
 
+TEST(Encoder, StacksKeptByTheCallerArePooledByIdOncePerSubStream) {
+  // The collector's table outlives sub-streams; its ids are not the encoder's pool ids.
+  StackTable kept;
+  const std::vector<uint64_t> a = {7, 8, 9}, b = {7, 8}, c = {5};
+  kept.intern(b);  // kept id 0 is never used below: pool ids must not follow kept ids
+  const uint32_t ka = kept.intern(a).id;
+  Encoder e;
+  e.begin_stream();
+  e.alloc_event(10, 1, 8, 100, c);  // a stack given as frames takes pool id 0
+  e.alloc_event(11, 1, 8, 200, kept, ka);
+  const size_t after_first = e.size();
+  e.alloc_event(12, 1, 8, 300, kept, ka);
+  EXPECT_LT(e.size() - after_first, 20u) << "a pooled stack must not be written again";
+  e.live_allocation(1, 8, 300, 12, kept, ka);
+  EXPECT_EQ(e.stack_count(), 2u);
+  EXPECT_EQ(e.frame_addresses().count(9), 1u);
+  // A new sub-stream pools it again, and the table may have grown meanwhile.
+  const uint32_t kc = kept.intern(c).id;
+  e.begin_stream();
+  e.alloc_event(13, 1, 8, 400, kept, kc);
+  e.alloc_event(14, 1, 8, 500, kept, ka);
+  EXPECT_EQ(e.stack_count(), 2u);
+  decode::Trace t = decode_bytes(e.bytes());
+  ASSERT_EQ(t.allocs.size(), 5u);
+  const std::vector<std::vector<uint64_t>> want = {c, a, a, c, a};
+  for (size_t i = 0; i < want.size(); ++i) {
+    auto got = t.stack(t.allocs[i].stack);
+    EXPECT_EQ(std::vector<uint64_t>(got.begin(), got.end()), want[i]) << "event " << i;
+  }
+  EXPECT_EQ(t.EventCount("Libd9LiveAllocation"), 1u);
+  EXPECT_EQ(t.unresolved_refs, 0u);
+}
+
 TEST(StackTable, IdsFollowFirstAppearanceAcrossGrowthAndClear) {
   StackTable table;
   std::vector<std::vector<uint64_t>> stacks;

@@ -86,6 +86,9 @@ void Encoder::begin_stream() {
   schema_ids_.clear();
   strings_.clear();
   stacks_.clear();
+  own_pool_ids_.clear();
+  std::fill(kept_pool_ids_.begin(), kept_pool_ids_.end(), 0);
+  next_stack_id_ = 0;
   frame_addresses_.clear();
   next_string_id_ = 0;
   ts_base_ = 0;
@@ -212,7 +215,19 @@ uint32_t Encoder::intern_string(std::string_view s) {
 
 uint32_t Encoder::intern_stack(std::span<const uint64_t> frames) {
   auto [id, inserted] = stacks_.intern(frames);
-  if (!inserted) return id;
+  if (inserted) own_pool_ids_.push_back(pool_stack(frames));
+  return own_pool_ids_[id];
+}
+
+uint32_t Encoder::pooled_stack(const StackTable& stacks, uint32_t stack) {
+  if (stack >= kept_pool_ids_.size()) kept_pool_ids_.resize(stacks.size(), 0);
+  uint32_t& slot = kept_pool_ids_[stack];
+  if (slot == 0) slot = pool_stack(stacks.frames(stack)) + 1;
+  return slot - 1;
+}
+
+uint32_t Encoder::pool_stack(std::span<const uint64_t> frames) {
+  const uint32_t id = next_stack_id_++;
   frame_addresses_.insert(frames.begin(), frames.end());
   put_u8(static_cast<uint8_t>(Frame::kStackPool));
   put_u32(1);
@@ -239,7 +254,16 @@ void Encoder::segment_metadata(uint64_t mono_ns, const StringMap& entries) {
 void Encoder::alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
                           std::span<const uint64_t> stack) {
   // Pool entries must precede the event frame that references them.
-  uint32_t stack_id = intern_stack(stack);
+  alloc_frame(ts, tid, size, addr, intern_stack(stack));
+}
+
+void Encoder::alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
+                          const StackTable& stacks, uint32_t stack) {
+  alloc_frame(ts, tid, size, addr, pooled_stack(stacks, stack));
+}
+
+void Encoder::alloc_frame(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
+                          uint32_t stack_id) {
   uint16_t id = schema_id(kAlloc);
   append(kMaxHeader + 4 + 2 * kMaxVarint + 4, [&](uint8_t* p) {
     p = header(p, id, kAlloc.has_timestamp, ts);
@@ -290,7 +314,16 @@ void Encoder::cpu_sample(uint64_t ts, uint32_t tid, std::optional<std::string_vi
 
 void Encoder::live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
                               std::span<const uint64_t> stack) {
-  uint32_t stack_id = intern_stack(stack);
+  live_frame(tid, size, addr, alloc_ts, intern_stack(stack));
+}
+
+void Encoder::live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
+                              const StackTable& stacks, uint32_t stack) {
+  live_frame(tid, size, addr, alloc_ts, pooled_stack(stacks, stack));
+}
+
+void Encoder::live_frame(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
+                         uint32_t stack_id) {
   event_header(kLive, 0);
   put_u32(tid);
   put_varint(size);

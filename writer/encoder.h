@@ -45,8 +45,13 @@ class Encoder {
 
   void clock_sync(uint64_t mono_ns, uint64_t realtime_ns);
   void segment_metadata(uint64_t mono_ns, const StringMap& entries);
+  // Stacks come either as frames, interned here per sub-stream, or as an id in a table the
+  // caller keeps across sub-streams (the collector's, always the same one): that stack was
+  // interned once already, and is pooled here by id without hashing its frames again.
   void alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
                    std::span<const uint64_t> stack);
+  void alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
+                   const StackTable& stacks, uint32_t stack);
   void free_event(uint64_t ts, uint32_t tid, uint64_t addr, uint64_t size, uint64_t alloc_ts);
   void overflow_event(uint64_t ts, uint64_t dropped_allocs, uint64_t dropped_frees);
   // An on-CPU sample (source 0) of a thread outside any Tokio runtime (worker_id 255).
@@ -56,6 +61,8 @@ class Encoder {
   // live when the segment was sealed. A leak report can work from the last segment alone.
   void live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
                        std::span<const uint64_t> stack);
+  void live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
+                       const StackTable& stacks, uint32_t stack);
   // d9's own event (no timestamp): one module of the process, so a segment can be
   // symbolized offline (`d9 symbolize`) when it was sealed without symbols.
   void module_entry(std::string_view path, std::string_view build_id, uint64_t start, uint64_t end,
@@ -72,8 +79,8 @@ class Encoder {
   size_t size() const { return used_; }
   void clear_bytes() { used_ = 0; }
 
-  // Distinct stacks interned in this sub-stream (for tests and sizing).
-  size_t stack_count() const { return stacks_.size(); }
+  // Distinct stacks pooled in this sub-stream (for tests and sizing).
+  size_t stack_count() const { return next_stack_id_; }
   // Every frame address of the stacks interned in this sub-stream: what to symbolize.
   const std::unordered_set<uint64_t>& frame_addresses() const { return frame_addresses_; }
 
@@ -109,7 +116,13 @@ class Encoder {
   }
   void grow(size_t n);
   uint32_t intern_string(std::string_view s);
+  // Pool ids of stacks: interned here, or kept by the caller's table (see alloc_event).
   uint32_t intern_stack(std::span<const uint64_t> frames);
+  uint32_t pooled_stack(const StackTable& stacks, uint32_t stack);
+  // Writes a stack pool entry under the next id and returns that id.
+  uint32_t pool_stack(std::span<const uint64_t> frames);
+  void alloc_frame(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr, uint32_t stack_id);
+  void live_frame(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts, uint32_t stack_id);
 
   // [0, used_) is the stream; the rest is room to encode into without zero-filling it per
   // field (the vector is only ever resized to grow).
@@ -117,7 +130,11 @@ class Encoder {
   size_t used_ = 0;
   std::vector<std::pair<const EventSpec*, uint16_t>> schema_ids_;
   std::unordered_map<std::string, uint32_t> strings_;
-  StackTable stacks_;
+  StackTable stacks_;                   // stacks given as frames, this sub-stream
+  std::vector<uint32_t> own_pool_ids_;  // by stacks_ id
+  // By id in the caller's table: pool id + 1, or 0 while not pooled in this sub-stream.
+  std::vector<uint32_t> kept_pool_ids_;
+  uint32_t next_stack_id_ = 0;
   std::unordered_set<uint64_t> frame_addresses_;
   uint32_t next_string_id_ = 0;
   uint64_t ts_base_ = 0;
