@@ -4,6 +4,9 @@
 # zstd's own benchmark mode (`zstd -b`, best of its runs) then compresses that segment at
 # every level, so every level sees the same bytes.
 #
+# With valgrind installed, a second table gives zstd's instructions per input byte at each
+# level (callgrind, the whole `zstd -c` run), steadier than MB/s on a shared machine.
+#
 # Usage: scripts/bench_seal_level.sh        (BUILD_DIR, default <repo>/build, built already)
 # Workloads: bench/alloc_loop (allocation samples at 32 KiB and the default 512 KiB, the
 # live set on) and bench/cpu_loop (CPU samples at 999 Hz).
@@ -51,6 +54,23 @@ for name in alloc_32k alloc_512k cpu_999hz; do
     ratio=$(sed -n 's/.*(x\([0-9.]*\)).*/\1/p' <<<"$line")
     speed=$(sed -n 's/.*), *\([0-9.]*\) MB\/s.*/\1/p' <<<"$line")
     printf ' %7s %8s' "$ratio" "$speed"
+  done
+  echo
+done
+
+command -v valgrind >/dev/null || exit 0
+echo
+printf '%-12s' "Ir per byte"
+for l in "${LEVELS[@]}"; do printf ' %8s' "$l"; done
+echo
+for name in alloc_32k alloc_512k cpu_999hz; do
+  f=$OUT/$name.bin
+  printf '%-12s' "$name"
+  for l in "${LEVELS[@]}"; do
+    if ((l < 0)); then flag=--fast=$((-l)); else flag=-$l; fi
+    ir=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null zstd "$flag" -q -c "$f" 2>&1 \
+      >/dev/null | sed -n 's/.*I *refs: *\([0-9,]*\).*/\1/p' | tr -d ,)
+    printf ' %8.1f' "$(bc -l <<<"$ir / $(stat -c %s "$f")")"
   done
   echo
 done
