@@ -16,6 +16,7 @@
 #include "cli/profile.h"
 #include "cli/report.h"
 #include "tests/cli_test_util.h"
+#include "writer/trace.h"
 
 namespace d9::cli {
 namespace {

@@ -1,6 +1,4 @@
 // Tests for d9_decode against the fixtures of dial9-format.md §9 and hand-written bytes.
-#include "writer/decoder.h"
-
 #include <gtest/gtest.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -14,6 +12,11 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "writer/container.h"
+#include "writer/trace.h"
+#include "writer/trace_tables.h"
+#include "writer/wire_decoder.h"
 
 namespace d9::decode {
 namespace {

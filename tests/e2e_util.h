@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "writer/decoder.h"
+#include "writer/trace.h"
 
 namespace d9::test {
 

@@ -4,7 +4,9 @@
 #include <cstdlib>
 #include <vector>
 
-#include "writer/decoder.h"
+#include "writer/container.h"
+#include "writer/trace.h"
+#include "writer/wire_decoder.h"
 
 namespace {
 

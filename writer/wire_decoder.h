@@ -1,68 +1,25 @@
-// d9_decode: reads dial9 trace files (raw, gzip or zstd) for the CLI and the tests.
-//
-// Three layers:
-//   1. Containers: DetectContainer / Decompress / ReadTraceFile turn a file or buffer into raw
-//      dial9 bytes ("TRC\0" ...), detected by magic bytes, with a cap on the output size.
-//   2. Frames: Decoder walks raw bytes and calls a Visitor once per event with its schema and
-//      decoded field values. Values are views into the input buffer; nothing is allocated per
-//      event once the decoder has warmed up.
-//   3. Typed: DecodeTrace / LoadTrace collect the events d9 writes into a Trace.
-//
-// No function here throws on bad input or crashes on it: errors come back as a string naming
-// the byte offset, together with everything decoded before the error.
+// The wire decoder: Decoder walks raw dial9 bytes ("TRC\0" ...) frame by frame (schemas, string
+// and stack pools, timestamp resets, events) and calls a Visitor once per event with its schema
+// and field values. Values are views into the input; nothing is allocated per event once the
+// decoder has warmed up. Bad input never throws or crashes: the result names the byte offset.
 #pragma once
 
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
-#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "writer/format.h"
 
 namespace d9::decode {
-
-// ---------------------------------------------------------------------------------------------
-// 1. Containers
-
-enum class Container : uint8_t { kUnknown, kRaw, kGzip, kZstd };
-const char* ContainerName(Container c);
-
-// Looks only at the magic bytes (zstd 28 b5 2f fd, gzip 1f 8b, raw "TRC\0"), never a file name.
-Container DetectContainer(std::span<const uint8_t> data);
-
-// Big enough for any real segment, small enough that a decompression bomb cannot take the host.
-inline constexpr size_t kDefaultMaxDecompressedBytes = size_t{1} << 30;
-
-struct DecompressOptions {
-  // Decompression stops with an error once the output would exceed this many bytes.
-  size_t max_output_bytes = kDefaultMaxDecompressedBytes;
-};
-
-struct RawTrace {
-  std::vector<uint8_t> bytes;  // raw dial9 stream; on error, whatever was recovered before it
-  Container container = Container::kUnknown;
-  std::string error;  // empty on success
-  bool ok() const { return error.empty(); }
-};
-
-// Decompresses every zstd frame / gzip member; raw input is copied unchanged.
-RawTrace Decompress(std::span<const uint8_t> input, const DecompressOptions& options = {});
-// Reads `path` and decompresses it as above. I/O errors are reported in `error`.
-RawTrace ReadTraceFile(const std::string& path, const DecompressOptions& options = {});
-
-// ---------------------------------------------------------------------------------------------
-// 2. Frames
 
 namespace detail {
 class Pools;         // string/stack pools, used to resolve pooled values inside lists
@@ -476,185 +433,5 @@ DecodeResult ForEachEvent(std::span<const uint8_t> raw, Fn&& fn) {
 }
 
 std::string_view DecodeStatusName(DecodeStatus s);
-
-// ---------------------------------------------------------------------------------------------
-// 3. Typed layer
-
-using StackId = uint32_t;
-// Stack of an event whose pooled stack id was never interned (or was missing).
-inline constexpr StackId kUnresolvedStack = 0xFFFFFFFF;
-
-struct AllocEvent {
-  uint64_t ts = 0;
-  uint32_t tid = 0;
-  uint64_t size = 0;
-  uint64_t addr = 0;
-  StackId stack = kUnresolvedStack;
-  bool operator==(const AllocEvent&) const = default;
-};
-
-struct FreeEvent {
-  uint64_t ts = 0;
-  uint32_t tid = 0;
-  uint64_t addr = 0;
-  uint64_t size = 0;
-  uint64_t alloc_ts = 0;
-  bool operator==(const FreeEvent&) const = default;
-};
-
-struct CpuSample {
-  uint64_t ts = 0;
-  uint64_t worker_id = 0;
-  uint32_t tid = 0;
-  uint8_t source = 0;
-  std::optional<std::string_view> thread_name;  // points into the owning Trace
-  StackId stack = kUnresolvedStack;
-  std::optional<uint32_t> cpu;
-  bool operator==(const CpuSample&) const = default;
-};
-
-struct Overflow {
-  uint64_t ts = 0;
-  uint64_t dropped_allocs = 0;
-  uint64_t dropped_frees = 0;
-  bool operator==(const Overflow&) const = default;
-};
-
-struct ClockSync {
-  uint64_t ts = 0;
-  uint64_t realtime_ns = 0;
-  bool operator==(const ClockSync&) const = default;
-};
-
-struct SymbolTableEntry {
-  uint64_t addr = 0;
-  uint64_t size = 0;
-  std::string_view name;  // points into the owning Trace
-  uint64_t inline_depth = 0;
-  std::string_view file;  // "" when unknown
-  uint64_t line = 0;
-  bool operator==(const SymbolTableEntry&) const = default;
-};
-
-// Deduplicated stacks (leaf first), stored contiguously.
-class StackTable {
- public:
-  StackTable() = default;
-  StackTable(StackTable&&) noexcept = default;
-  StackTable& operator=(StackTable&&) noexcept = default;
-
-  StackId Intern(U64ArrayView frames);
-  StackId Intern(std::span<const uint64_t> frames);
-  // Empty for kUnresolvedStack or an out-of-range id.
-  std::span<const uint64_t> Get(StackId id) const {
-    if (id >= size()) return {};
-    return {frames_.data() + offsets_[id], offsets_[id + 1] - offsets_[id]};
-  }
-  size_t size() const { return offsets_.size() - 1; }
-
- private:
-  StackId Commit(size_t start);
-  static uint64_t Hash(const uint64_t* p, size_t n);
-
-  std::vector<uint64_t> frames_;
-  std::vector<size_t> offsets_{0};
-  std::unordered_map<uint64_t, StackId> head_;  // content hash -> newest stack with that hash
-  std::vector<StackId> next_;                   // older stack with the same hash
-};
-
-// Owns copies of strings referenced by a Trace. Views stay valid when the arena is moved.
-class StringArena {
- public:
-  StringArena() = default;
-  StringArena(StringArena&&) noexcept = default;
-  StringArena& operator=(StringArena&&) noexcept = default;
-  std::string_view Intern(std::string_view s);
-
- private:
-  std::vector<std::unique_ptr<char[]>> chunks_;
-  size_t chunk_used_ = 0;
-  size_t chunk_size_ = 0;
-  std::unordered_set<std::string_view> set_;
-};
-
-// Everything d9 cares about in one file. Move-only: string views point into `strings`.
-struct Trace {
-  std::vector<AllocEvent> allocs;
-  std::vector<FreeEvent> frees;
-  std::vector<CpuSample> cpu_samples;
-  std::vector<Overflow> overflows;
-  std::vector<ClockSync> clock_syncs;
-  std::vector<SymbolTableEntry> symbols;
-  std::map<std::string, std::string, std::less<>> metadata;   // merged; later events win
-  std::map<std::string, uint64_t, std::less<>> event_counts;  // every schema name seen
-  uint64_t stream_headers = 0;
-  uint64_t timestamp_resets = 0;
-  uint64_t unresolved_refs = 0;  // pooled ids that did not resolve (fields we model)
-  uint64_t raw_bytes = 0;        // size of the raw (decompressed) stream
-  Container container = Container::kUnknown;
-  DecodeResult decode;  // frame decoder outcome and counters
-  std::string error;    // decompression and decode errors; empty when the file was clean
-  StackTable stacks;
-  StringArena strings;
-
-  Trace() = default;
-  Trace(Trace&&) noexcept = default;
-  Trace& operator=(Trace&&) noexcept = default;
-
-  bool ok() const { return error.empty(); }
-  bool decoded_anything() const { return decode.decoded_anything(); }
-  uint64_t EventCount(std::string_view name) const {
-    auto it = event_counts.find(name);
-    return it == event_counts.end() ? 0 : it->second;
-  }
-  std::span<const uint64_t> stack(StackId id) const { return stacks.Get(id); }
-};
-
-// Visitor that fills a Trace; use it to combine the typed layer with other visitors. One builder
-// per Decode call: it memoises pool entries, whose indices restart with every call.
-class TraceBuilder : public Visitor {
- public:
-  explicit TraceBuilder(Trace* out) : out_(out) {}
-  void OnStreamHeader(uint64_t offset) override;
-  void OnSchema(const Schema& schema) override;
-  void OnTimestampReset(uint64_t offset, uint64_t timestamp_ns) override;
-  bool OnEvent(const Event& event) override;
-  // Folds per-schema counts into out->event_counts and records the decode outcome.
-  void Finish(const DecodeResult& result);
-
- private:
-  enum class Kind : uint8_t {
-    kOther,
-    kAlloc,
-    kFree,
-    kCpu,
-    kOverflow,
-    kClockSync,
-    kMetadata,
-    kSymbol
-  };
-  struct Binding {
-    Kind kind = Kind::kOther;
-    int f[6] = {-1, -1, -1, -1, -1, -1};  // field indices, meaning depends on kind
-    uint32_t name_slot = 0;
-  };
-  StackId Stack(const Value& v);
-  std::string_view String(const Value& v);
-
-  Trace* out_;
-  std::vector<Binding> bindings_;        // by schema serial
-  std::vector<uint64_t> counts_;         // by name slot
-  std::vector<std::string_view> names_;  // by name slot; views into out_->strings
-  std::unordered_map<std::string_view, uint32_t> name_slots_;
-  std::vector<StackId> stack_memo_;         // by pool entry
-  std::vector<std::string_view> str_memo_;  // by pool entry; data()==nullptr means unset
-};
-
-// Raw dial9 bytes -> Trace.
-Trace DecodeTrace(std::span<const uint8_t> raw);
-// Any container (raw, gzip, zstd) -> Trace.
-Trace DecodeTraceBuffer(std::span<const uint8_t> data, const DecompressOptions& options = {});
-// A file of any container -> Trace.
-Trace LoadTrace(const std::string& path, const DecompressOptions& options = {});
 
 }  // namespace d9::decode
