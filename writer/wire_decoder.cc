@@ -434,19 +434,14 @@ class DecoderState {
 
 }  // namespace detail
 
-StringMapView::Entry StringMapView::Iterator::operator*() const {
-  uint32_t kl = Ld32(p_);
-  const uint8_t* k = p_ + 4;
-  uint32_t vl = Ld32(k + kl);
-  return {View(k, kl), View(k + kl + 4, vl)};
-}
-
-StringMapView::Iterator& StringMapView::Iterator::operator++() {
-  uint32_t kl = Ld32(p_);
-  uint32_t vl = Ld32(p_ + 4 + kl);
-  p_ += 8 + size_t{kl} + vl;
-  --left_;
-  return *this;
+bool StringMapView::Reader::Next(const uint8_t** p, Entry* out) const {
+  const uint8_t* key = *p + 4;
+  const uint32_t key_len = Ld32(*p);
+  const uint8_t* value = key + key_len + 4;
+  const uint32_t value_len = Ld32(key + key_len);
+  *out = {View(key, key_len), View(value, value_len)};
+  *p = value + value_len;
+  return true;
 }
 
 std::optional<std::string_view> StringMapView::Find(std::string_view key) const {

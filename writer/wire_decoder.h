@@ -26,41 +26,71 @@ class Pools;         // string/stack pools, used to resolve pooled values inside
 class DecoderState;  // everything else the decoder keeps between frames
 }  // namespace detail
 
+// Forward iterator over `count` elements stored back to back from p, for every view below.
+// Reader::Next decodes the element at p into an Element and moves p past it; the iterator calls
+// it once per element, on reaching it. The decoder validated the bytes, so Next cannot run past
+// them; should it fail anyway, the iteration ends there.
+template <typename Reader>
+class ElementIterator {
+ public:
+  using Element = typename Reader::Element;
+  using iterator_category = std::forward_iterator_tag;
+  using value_type = Element;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const Element*;
+  using reference = const Element&;
+
+  ElementIterator() = default;  // the end
+  ElementIterator(Reader reader, const uint8_t* p, uint32_t count)
+      : reader_(reader), p_(p), left_(count) {
+    Read();
+  }
+  const Element& operator*() const { return cur_; }
+  const Element* operator->() const { return &cur_; }
+  ElementIterator& operator++() {
+    --left_;
+    Read();
+    return *this;
+  }
+  ElementIterator operator++(int) {
+    ElementIterator old = *this;
+    ++*this;
+    return old;
+  }
+  // Iterators over one view are equal when as many elements are left; the end has none.
+  bool operator==(const ElementIterator& o) const { return left_ == o.left_; }
+
+ private:
+  void Read() {
+    if (left_ != 0 && !reader_.Next(&p_, &cur_)) left_ = 0;
+  }
+
+  Reader reader_{};
+  const uint8_t* p_ = nullptr;
+  uint32_t left_ = 0;  // elements from the current one to the end
+  Element cur_{};
+};
+
 // Little-endian u64 array stored unaligned in the input (stack frames, leaf first).
 class U64ArrayView {
  public:
-  class Iterator {
-   public:
-    using iterator_category = std::forward_iterator_tag;
-    using value_type = uint64_t;
-    using difference_type = std::ptrdiff_t;
-    using pointer = void;
-    using reference = uint64_t;
-    Iterator() = default;
-    explicit Iterator(const uint8_t* p) : p_(p) {}
-    uint64_t operator*() const { return Load(p_); }
-    Iterator& operator++() {
-      p_ += 8;
-      return *this;
+  struct Reader {
+    using Element = uint64_t;
+    bool Next(const uint8_t** p, uint64_t* out) const {
+      *out = Load(*p);
+      *p += 8;
+      return true;
     }
-    Iterator operator++(int) {
-      Iterator old = *this;
-      p_ += 8;
-      return old;
-    }
-    bool operator==(const Iterator& o) const { return p_ == o.p_; }
-
-   private:
-    const uint8_t* p_ = nullptr;
   };
+  using Iterator = ElementIterator<Reader>;
 
   U64ArrayView() = default;
   U64ArrayView(const uint8_t* data, uint32_t count) : data_(data), count_(count) {}
   uint32_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
   uint64_t operator[](size_t i) const { return Load(data_ + i * 8); }
-  Iterator begin() const { return Iterator(data_); }
-  Iterator end() const { return Iterator(data_ + size_t{count_} * 8); }
+  Iterator begin() const { return Iterator(Reader(), data_, count_); }
+  Iterator end() const { return Iterator(); }
   // Appends all entries to `out` (one memcpy on little-endian hosts).
   void AppendTo(std::vector<uint64_t>* out) const;
   std::vector<uint64_t> ToVector() const {
@@ -85,30 +115,18 @@ class U64ArrayView {
 class StringMapView {
  public:
   using Entry = std::pair<std::string_view, std::string_view>;
-  class Iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = Entry;
-    using difference_type = std::ptrdiff_t;
-    using pointer = void;
-    using reference = Entry;
-    Iterator() = default;
-    Iterator(const uint8_t* p, uint32_t left) : p_(p), left_(left) {}
-    Entry operator*() const;
-    Iterator& operator++();
-    bool operator==(const Iterator& o) const { return left_ == o.left_; }
-
-   private:
-    const uint8_t* p_ = nullptr;
-    uint32_t left_ = 0;
+  struct Reader {
+    using Element = Entry;
+    bool Next(const uint8_t** p, Entry* out) const;
   };
+  using Iterator = ElementIterator<Reader>;
 
   StringMapView() = default;
   StringMapView(const uint8_t* data, uint32_t count) : data_(data), count_(count) {}
   uint32_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
-  Iterator begin() const { return Iterator(data_, count_); }
-  Iterator end() const { return Iterator(nullptr, 0); }
+  Iterator begin() const { return Iterator(Reader(), data_, count_); }
+  Iterator end() const { return Iterator(); }
   // Last entry with this key wins, as for metadata merging.
   std::optional<std::string_view> Find(std::string_view key) const;
 
@@ -117,8 +135,13 @@ class StringMapView {
   uint32_t count_ = 0;
 };
 
-class ListView;
-class MapView;
+struct Value;
+template <typename E>
+class ElementsView;
+// DynamicList field: count × (u8 tag, value).
+using ListView = ElementsView<Value>;
+// DynamicMap field: count × (u8 key tag, key, u8 value tag, value).
+using MapView = ElementsView<std::pair<Value, Value>>;
 
 enum class ValueKind : uint8_t {
   kAbsent,  // optional field sent as absent
@@ -188,111 +211,34 @@ struct Value {
 namespace detail {
 // Decodes the next element of an already validated list (one value) or map (key then value).
 bool NextElement(const Pools* pools, const uint8_t** p, const uint8_t* end, Value* out);
+inline bool NextElement(const Pools* pools, const uint8_t** p, const uint8_t* end,
+                        std::pair<Value, Value>* out) {
+  return NextElement(pools, p, end, &out->first) && NextElement(pools, p, end, &out->second);
+}
 }  // namespace detail
 
-// DynamicList field: count × (u8 tag, value).
-class ListView {
+// The elements of a list (E = Value) or map (E = key/value pair) field, decoded in
+// place one at a time.
+template <typename E>
+class ElementsView {
  public:
-  class Iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = Value;
-    using difference_type = std::ptrdiff_t;
-    using pointer = const Value*;
-    using reference = const Value&;
-    Iterator() = default;
-    Iterator(const detail::Pools* pools, const uint8_t* p, const uint8_t* end, uint32_t left)
-        : pools_(pools), p_(p), end_(end), left_(left) {
-      Advance();
+  using Entry = E;
+  struct Reader {
+    using Element = Entry;
+    const detail::Pools* pools = nullptr;
+    const uint8_t* end = nullptr;
+    bool Next(const uint8_t** p, Entry* out) const {
+      return detail::NextElement(pools, p, end, out);
     }
-    const Value& operator*() const { return cur_; }
-    const Value* operator->() const { return &cur_; }
-    Iterator& operator++() {
-      Advance();
-      return *this;
-    }
-    bool operator==(const Iterator& o) const { return done_ == o.done_ && (done_ || p_ == o.p_); }
-
-   private:
-    void Advance() {
-      if (left_ == 0 || !detail::NextElement(pools_, &p_, end_, &cur_)) {
-        done_ = true;
-        return;
-      }
-      done_ = false;
-      --left_;
-    }
-    const detail::Pools* pools_ = nullptr;
-    const uint8_t* p_ = nullptr;
-    const uint8_t* end_ = nullptr;
-    uint32_t left_ = 0;
-    bool done_ = true;
-    Value cur_;
   };
+  using Iterator = ElementIterator<Reader>;
 
-  ListView() = default;
-  ListView(const detail::Pools* pools, const uint8_t* data, uint64_t size, uint32_t count)
+  ElementsView() = default;
+  ElementsView(const detail::Pools* pools, const uint8_t* data, uint64_t size, uint32_t count)
       : pools_(pools), data_(data), size_(size), count_(count) {}
   uint32_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
-  Iterator begin() const { return Iterator(pools_, data_, data_ + size_, count_); }
-  Iterator end() const { return Iterator(); }
-
- private:
-  const detail::Pools* pools_ = nullptr;
-  const uint8_t* data_ = nullptr;
-  uint64_t size_ = 0;
-  uint32_t count_ = 0;
-};
-
-// DynamicMap field: count × (u8 key tag, key, u8 value tag, value).
-class MapView {
- public:
-  using Entry = std::pair<Value, Value>;
-  class Iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = Entry;
-    using difference_type = std::ptrdiff_t;
-    using pointer = const Entry*;
-    using reference = const Entry&;
-    Iterator() = default;
-    Iterator(const detail::Pools* pools, const uint8_t* p, const uint8_t* end, uint32_t left)
-        : pools_(pools), p_(p), end_(end), left_(left) {
-      Advance();
-    }
-    const Entry& operator*() const { return cur_; }
-    const Entry* operator->() const { return &cur_; }
-    Iterator& operator++() {
-      Advance();
-      return *this;
-    }
-    bool operator==(const Iterator& o) const { return done_ == o.done_ && (done_ || p_ == o.p_); }
-
-   private:
-    void Advance() {
-      if (left_ == 0 || !detail::NextElement(pools_, &p_, end_, &cur_.first) ||
-          !detail::NextElement(pools_, &p_, end_, &cur_.second)) {
-        done_ = true;
-        return;
-      }
-      done_ = false;
-      --left_;
-    }
-    const detail::Pools* pools_ = nullptr;
-    const uint8_t* p_ = nullptr;
-    const uint8_t* end_ = nullptr;
-    uint32_t left_ = 0;
-    bool done_ = true;
-    Entry cur_;
-  };
-
-  MapView() = default;
-  MapView(const detail::Pools* pools, const uint8_t* data, uint64_t size, uint32_t count)
-      : pools_(pools), data_(data), size_(size), count_(count) {}
-  uint32_t size() const { return count_; }
-  bool empty() const { return count_ == 0; }
-  Iterator begin() const { return Iterator(pools_, data_, data_ + size_, count_); }
+  Iterator begin() const { return Iterator(Reader{pools_, data_ + size_}, data_, count_); }
   Iterator end() const { return Iterator(); }
 
  private:
