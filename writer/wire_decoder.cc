@@ -230,6 +230,25 @@ class Pools {
 
 namespace {
 
+// A little-endian scalar of N bytes (U8, U16, U32, I64, F64, Bool), kept as its bits.
+template <size_t N>
+inline St ReadFixed(const uint8_t*& p, size_t left, ValueKind kind, Value* v) {
+  if (left < N) return St::kTruncated;
+  v->kind = kind;
+  if constexpr (N == 1) {
+    v->bits = *p;
+  } else if constexpr (N == 2) {
+    v->bits = Ld16(p);
+  } else if constexpr (N == 4) {
+    v->bits = Ld32(p);
+  } else {
+    static_assert(N == 8);
+    v->bits = Ld64(p);
+  }
+  p += N;
+  return St::kOk;
+}
+
 St ReadComposite(const detail::Pools& pools, FieldType t, const uint8_t*& p, const uint8_t* end,
                  Value* v, int depth);
 
@@ -257,34 +276,20 @@ inline St ReadValue(const detail::Pools& pools, uint8_t tag, const uint8_t*& p, 
       v->kind = ValueKind::kU64;
       return ReadVarint(p, end, &v->bits);
     case FieldType::kU8:
-      if (left < 1) return St::kTruncated;
-      v->kind = ValueKind::kU64;
-      v->bits = *p++;
-      return St::kOk;
+      return ReadFixed<1>(p, left, ValueKind::kU64, v);
     case FieldType::kU16:
-      if (left < 2) return St::kTruncated;
-      v->kind = ValueKind::kU64;
-      v->bits = Ld16(p);
-      p += 2;
-      return St::kOk;
+      return ReadFixed<2>(p, left, ValueKind::kU64, v);
     case FieldType::kU32:
-      if (left < 4) return St::kTruncated;
-      v->kind = ValueKind::kU64;
-      v->bits = Ld32(p);
-      p += 4;
-      return St::kOk;
+      return ReadFixed<4>(p, left, ValueKind::kU64, v);
     case FieldType::kI64:
+      return ReadFixed<8>(p, left, ValueKind::kI64, v);
     case FieldType::kF64:
-      if (left < 8) return St::kTruncated;
-      v->kind = t == FieldType::kI64 ? ValueKind::kI64 : ValueKind::kF64;
-      v->bits = Ld64(p);
-      p += 8;
-      return St::kOk;
-    case FieldType::kBool:
-      if (left < 1) return St::kTruncated;
-      v->kind = ValueKind::kBool;
-      v->bits = *p++ != 0;
-      return St::kOk;
+      return ReadFixed<8>(p, left, ValueKind::kF64, v);
+    case FieldType::kBool: {
+      const St st = ReadFixed<1>(p, left, ValueKind::kBool, v);
+      v->bits = v->bits != 0;
+      return st;
+    }
     case FieldType::kString:
     case FieldType::kBytes: {
       if (left < 4) return St::kTruncated;
@@ -296,39 +301,24 @@ inline St ReadValue(const detail::Pools& pools, uint8_t tag, const uint8_t*& p, 
       p += 4 + size_t{len};
       return St::kOk;
     }
-    case FieldType::kPooledString: {
-      if (left < 4) return St::kTruncated;
-      uint32_t id = Ld32(p);
-      p += 4;
-      v->pool_id = id;
-      uint32_t entry = pools.FindString(id);
-      if (entry == kNoPoolEntry) {
-        v->kind = ValueKind::kUnresolvedString;
-        return St::kOk;
-      }
-      const auto& e = pools.string(entry);
-      v->kind = ValueKind::kString;
-      v->pool_entry = entry;
-      v->data = e.data;
-      v->size = e.count;
-      return St::kOk;
-    }
+    case FieldType::kPooledString:
     case FieldType::kPooledStack: {
+      // A u32 id into this sub-stream's string or stack pool.
       if (left < 4) return St::kTruncated;
-      uint32_t id = Ld32(p);
+      const bool stack = t == FieldType::kPooledStack;
+      v->pool_id = Ld32(p);
       p += 4;
-      v->pool_id = id;
-      uint32_t entry = pools.FindStack(id);
+      const uint32_t entry = stack ? pools.FindStack(v->pool_id) : pools.FindString(v->pool_id);
       if (entry == kNoPoolEntry) {
-        v->kind = ValueKind::kUnresolvedStack;
+        v->kind = stack ? ValueKind::kUnresolvedStack : ValueKind::kUnresolvedString;
         return St::kOk;
       }
-      const auto& e = pools.stack(entry);
-      v->kind = ValueKind::kStack;
+      const auto& e = stack ? pools.stack(entry) : pools.string(entry);
+      v->kind = stack ? ValueKind::kStack : ValueKind::kString;
       v->pool_entry = entry;
       v->data = e.data;
-      v->count = e.count;
-      v->size = uint64_t{e.count} * 8;
+      v->count = stack ? e.count : 0;
+      v->size = stack ? uint64_t{e.count} * 8 : e.count;
       return St::kOk;
     }
     case FieldType::kStackFrames: {
