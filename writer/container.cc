@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <new>
 
@@ -16,17 +17,10 @@
 namespace d9::decode {
 
 const char* ContainerName(Container c) {
-  switch (c) {
-    case Container::kRaw:
-      return "raw";
-    case Container::kGzip:
-      return "gzip";
-    case Container::kZstd:
-      return "zstd";
-    case Container::kUnknown:
-      break;
-  }
-  return "unknown";
+  static constexpr const char* kNames[] = {"unknown", "raw", "gzip", "zstd"};  // by Container
+  static_assert(std::size(kNames) == static_cast<size_t>(Container::kZstd) + 1);
+  const auto i = static_cast<size_t>(c);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 Container DetectContainer(std::span<const uint8_t> data) {

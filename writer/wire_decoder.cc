@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -23,67 +24,34 @@ std::string Hex(uint64_t v) {
 }  // namespace
 
 const char* ValueKindName(ValueKind k) {
-  switch (k) {
-    case ValueKind::kAbsent:
-      return "absent";
-    case ValueKind::kU64:
-      return "u64";
-    case ValueKind::kI64:
-      return "i64";
-    case ValueKind::kF64:
-      return "f64";
-    case ValueKind::kBool:
-      return "bool";
-    case ValueKind::kString:
-      return "string";
-    case ValueKind::kBytes:
-      return "bytes";
-    case ValueKind::kStack:
-      return "stack";
-    case ValueKind::kStringMap:
-      return "string_map";
-    case ValueKind::kList:
-      return "list";
-    case ValueKind::kMap:
-      return "map";
-    case ValueKind::kUnresolvedString:
-      return "unresolved_string";
-    case ValueKind::kUnresolvedStack:
-      return "unresolved_stack";
-  }
-  return "?";
+  // Indexed by ValueKind.
+  static constexpr const char* kNames[] = {
+      "absent",          "u64",   "i64",        "f64",  "bool", "string",
+      "bytes",           "stack", "string_map", "list", "map",  "unresolved_string",
+      "unresolved_stack"};
+  static_assert(std::size(kNames) == static_cast<size_t>(ValueKind::kUnresolvedStack) + 1);
+  const auto i = static_cast<size_t>(k);
+  return i < std::size(kNames) ? kNames[i] : "?";
 }
 
 std::string_view DecodeStatusName(DecodeStatus s) {
-  switch (s) {
-    case DecodeStatus::kOk:
-      return "ok";
-    case DecodeStatus::kStopped:
-      return "stopped";
-    case DecodeStatus::kEmpty:
-      return "empty";
-    case DecodeStatus::kBadHeader:
-      return "bad_header";
-    case DecodeStatus::kUnsupportedVersion:
-      return "unsupported_version";
-    case DecodeStatus::kTruncated:
-      return "truncated";
-    case DecodeStatus::kUnknownFrameTag:
-      return "unknown_frame_tag";
-    case DecodeStatus::kUnknownFieldType:
-      return "unknown_field_type";
-    case DecodeStatus::kUnknownTypeId:
-      return "unknown_type_id";
-    case DecodeStatus::kSchemaConflict:
-      return "schema_conflict";
-    case DecodeStatus::kBadOptional:
-      return "bad_optional";
-    case DecodeStatus::kBadVarint:
-      return "bad_varint";
-    case DecodeStatus::kTooDeep:
-      return "too_deep";
-  }
-  return "?";
+  // Indexed by DecodeStatus.
+  static constexpr const char* kNames[] = {"ok",
+                                           "stopped",
+                                           "empty",
+                                           "bad_header",
+                                           "unsupported_version",
+                                           "truncated",
+                                           "unknown_frame_tag",
+                                           "unknown_field_type",
+                                           "unknown_type_id",
+                                           "schema_conflict",
+                                           "bad_optional",
+                                           "bad_varint",
+                                           "too_deep"};
+  static_assert(std::size(kNames) == static_cast<size_t>(DecodeStatus::kTooDeep) + 1);
+  const auto i = static_cast<size_t>(s);
+  return i < std::size(kNames) ? kNames[i] : "?";
 }
 
 void U64ArrayView::AppendTo(std::vector<uint64_t>* out) const {
