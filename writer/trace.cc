@@ -1,6 +1,7 @@
 #include "writer/trace.h"
 
 #include <new>
+#include <span>
 #include <string>
 
 #include "writer/format.h"
@@ -53,26 +54,26 @@ void TraceBuilder::OnSchema(const Schema& schema) {
   }
   b.name_slot = it->second;
 
-  auto bind = [&](Kind kind, const auto& fields) {
-    b.kind = kind;
-    size_t i = 0;
-    for (const char* f : fields) b.f[i++] = schema.FieldIndex(f);
+  // The events the typed layer models, with the fields it reads in the order Binding keeps them.
+  struct Known {
+    std::string_view event;
+    Kind kind;
+    std::span<const char* const> fields;
   };
-  const std::string_view n = schema.name;
-  if (n == fmt::kAllocEvent) {
-    bind(Kind::kAlloc, kAllocFields);
-  } else if (n == fmt::kFreeEvent) {
-    bind(Kind::kFree, kFreeFields);
-  } else if (n == fmt::kCpuSampleEvent) {
-    bind(Kind::kCpu, kCpuFields);
-  } else if (n == fmt::kMemoryProfileOverflowEvent) {
-    bind(Kind::kOverflow, kOverflowFields);
-  } else if (n == fmt::kClockSyncEvent) {
-    bind(Kind::kClockSync, kClockSyncFields);
-  } else if (n == fmt::kSegmentMetadataEvent) {
-    bind(Kind::kMetadata, kMetadataFields);
-  } else if (n == fmt::kSymbolTableEntry) {
-    bind(Kind::kSymbol, kSymbolFields);
+  static constexpr Known kKnown[] = {
+      {fmt::kAllocEvent, Kind::kAlloc, kAllocFields},
+      {fmt::kFreeEvent, Kind::kFree, kFreeFields},
+      {fmt::kCpuSampleEvent, Kind::kCpu, kCpuFields},
+      {fmt::kMemoryProfileOverflowEvent, Kind::kOverflow, kOverflowFields},
+      {fmt::kClockSyncEvent, Kind::kClockSync, kClockSyncFields},
+      {fmt::kSegmentMetadataEvent, Kind::kMetadata, kMetadataFields},
+      {fmt::kSymbolTableEntry, Kind::kSymbol, kSymbolFields},
+  };
+  for (const Known& k : kKnown) {
+    if (schema.name != k.event) continue;
+    b.kind = k.kind;
+    for (size_t i = 0; i < k.fields.size(); ++i) b.f[i] = schema.FieldIndex(k.fields[i]);
+    break;
   }
 }
 
