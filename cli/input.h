@@ -14,7 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "writer/decoder.h"
+#include "writer/container.h"
+#include "writer/wire_decoder.h"
 
 namespace d9::cli {
 

@@ -19,9 +19,10 @@
 #include "cli/export.h"
 #include "cli/input.h"
 #include "symbolize/symbolizer.h"
-#include "writer/decoder.h"
+#include "writer/container.h"
 #include "writer/encoder.h"
 #include "writer/format.h"
+#include "writer/wire_decoder.h"
 
 namespace d9::cli {
 namespace {

@@ -19,7 +19,7 @@ echo "== building $out/decoder_fuzz"
 # shellcheck disable=SC2046  # pkg-config output is meant to split
 "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
   -fno-omit-frame-pointer -Wall -Wextra -Werror -I"$root" \
-  "$root/writer/decoder.cc" "$root/tests/fuzz/decoder_fuzz.cc" \
+  "$root"/writer/{container,wire_decoder,trace_tables,trace}.cc "$root/tests/fuzz/decoder_fuzz.cc" \
   $(pkg-config --libs libzstd zlib) -o "$out/decoder_fuzz"
 
 echo "== seeding from $fixtures"

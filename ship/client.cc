@@ -20,7 +20,8 @@
 #include <memory>
 #include <span>
 
-#include "writer/decoder.h"
+#include "writer/container.h"
+#include "writer/trace.h"
 
 namespace d9::ship {
 namespace {

@@ -20,7 +20,7 @@
 #include "cli/input.h"
 #include "cli/symbolize.h"
 #include "ship/client.h"
-#include "writer/decoder.h"
+#include "writer/container.h"
 
 namespace d9::ship {
 namespace {

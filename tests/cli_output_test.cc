@@ -17,6 +17,7 @@
 #include "cli/report.h"
 #include "tests/segment_builder.h"
 #include "tests/test_util.h"
+#include "writer/trace.h"
 
 namespace d9::cli {
 namespace {

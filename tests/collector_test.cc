@@ -16,8 +16,8 @@
 #include "alloc/live_map.h"
 #include "alloc/records.h"
 #include "alloc/sampled_heap.h"
-#include "writer/decoder.h"
 #include "writer/segment.h"
+#include "writer/trace.h"
 
 namespace d9::alloc {
 namespace {

@@ -1,6 +1,4 @@
 // Tests for d9_decode against the fixtures of dial9-format.md §9 and hand-written bytes.
-#include "writer/decoder.h"
-
 #include <gtest/gtest.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -14,6 +12,12 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include "tests/decode_walk.h"
+#include "writer/container.h"
+#include "writer/trace.h"
+#include "writer/trace_tables.h"
+#include "writer/wire_decoder.h"
 
 namespace d9::decode {
 namespace {
@@ -98,43 +102,7 @@ bool IsPrefix(const std::vector<T>& prefix, const std::vector<T>& full) {
   return prefix.size() <= full.size() && std::equal(prefix.begin(), prefix.end(), full.begin());
 }
 
-// Touches every value, including list/map/string-map elements, so sanitizers see every read.
-struct WalkAll : Visitor {
-  uint64_t events = 0;
-  uint64_t checksum = 0;
-  void Walk(const Value& v) {
-    checksum += static_cast<uint64_t>(v.kind) + v.bits + v.size;
-    switch (v.kind) {
-      case ValueKind::kString:
-      case ValueKind::kBytes:
-        for (char c : v.str()) checksum += static_cast<uint8_t>(c);
-        break;
-      case ValueKind::kStack:
-        for (uint64_t f : v.stack()) checksum += f;
-        break;
-      case ValueKind::kStringMap:
-        for (auto [k, val] : v.string_map()) checksum += k.size() + val.size();
-        break;
-      case ValueKind::kList:
-        for (const Value& e : v.list()) Walk(e);
-        break;
-      case ValueKind::kMap:
-        for (const auto& [k, val] : v.map()) {
-          Walk(k);
-          Walk(val);
-        }
-        break;
-      default:
-        break;
-    }
-  }
-  bool OnEvent(const Event& e) override {
-    ++events;
-    checksum += e.timestamp + e.name().size();
-    for (const Value& v : e.values) Walk(v);
-    return true;
-  }
-};
+using test::WalkAll;
 
 // Hand-written dial9 bytes.
 class Bytes {

@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "writer/decoder.h"
+#include "writer/trace.h"
+#include "writer/wire_decoder.h"
 
 namespace d9 {
 namespace {

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "writer/decoder.h"
+#include "writer/trace.h"
 
 namespace d9 {
 namespace {

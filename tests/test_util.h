@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "writer/decoder.h"
+#include "writer/trace.h"
 
 namespace d9::test {
 

@@ -12,8 +12,8 @@
 #include "alloc/sampler.h"
 #include "cli/html_report.h"
 #include "cli/time_views.h"
-#include "writer/decoder.h"
 #include "writer/encoder.h"
+#include "writer/wire_decoder.h"
 
 namespace d9::cli {
 namespace {

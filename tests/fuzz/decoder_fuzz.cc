@@ -4,7 +4,10 @@
 #include <cstdlib>
 #include <vector>
 
-#include "writer/decoder.h"
+#include "tests/decode_walk.h"
+#include "writer/container.h"
+#include "writer/trace.h"
+#include "writer/wire_decoder.h"
 
 namespace {
 
@@ -17,50 +20,13 @@ void Check(bool ok) {
   if (!ok) std::abort();
 }
 
-// Reads every value, including list/map elements, so sanitizers see all accesses.
-struct WalkAll : Visitor {
-  uint64_t events = 0;
-  uint64_t sink = 0;
-  void Walk(const Value& v) {
-    sink += v.bits + v.size + static_cast<uint64_t>(v.kind);
-    switch (v.kind) {
-      case ValueKind::kString:
-      case ValueKind::kBytes:
-        for (char c : v.str()) sink += static_cast<uint8_t>(c);
-        break;
-      case ValueKind::kStack:
-        for (uint64_t f : v.stack()) sink += f;
-        break;
-      case ValueKind::kStringMap:
-        for (auto [k, val] : v.string_map()) sink += k.size() + val.size();
-        break;
-      case ValueKind::kList: {
-        uint32_t n = 0;
-        for (const Value& e : v.list()) {
-          Walk(e);
-          ++n;
-        }
-        Check(n == v.count);  // validated lists always iterate completely
-        break;
-      }
-      case ValueKind::kMap: {
-        uint32_t n = 0;
-        for (const auto& [k, val] : v.map()) {
-          Walk(k);
-          Walk(val);
-          ++n;
-        }
-        Check(n == v.count);
-        break;
-      }
-      default:
-        break;
-    }
-  }
+// Also checks that events carry one value per field and that validated lists and maps
+// iterate completely.
+struct WalkChecked : d9::test::WalkAll {
   bool OnEvent(const Event& e) override {
-    ++events;
     Check(e.values.size() == e.schema->fields.size());
-    for (const Value& v : e.values) Walk(v);
+    WalkAll::OnEvent(e);
+    Check(short_lists == 0);
     return true;
   }
 };
@@ -74,7 +40,7 @@ void CheckResult(const DecodeResult& r, size_t size, uint64_t seen_events) {
 }
 
 void DecodeRaw(std::span<const uint8_t> raw) {
-  WalkAll walk;
+  WalkChecked walk;
   Decoder decoder;
   DecodeResult r = decoder.Decode(raw, walk);
   CheckResult(r, raw.size(), walk.events);
