@@ -118,7 +118,7 @@ uint64_t Collector::drain(Rings& rings, const Counters& c, Segment& segment) {
       const auto* a = reinterpret_cast<const AllocRecord*>(rec);
       // Interned once, here: the encoder pools the stack by this id.
       const uint32_t stack = stacks_.intern({a->frames(), a->depth}).id;
-      enc.alloc_event(a->timestamp_ns, a->tid, a->size, a->addr, stacks_, stack);
+      enc.alloc_event(a->timestamp_ns, a->tid, a->size, a->addr, {stacks_, stack});
       if (liveset && maybe_sampled(reinterpret_cast<const void*>(a->addr))) {
         live_.insert(a->addr, {a->timestamp_ns, a->size, a->tid, stack});
       }
@@ -149,7 +149,7 @@ uint64_t Collector::write_live_set(Encoder& enc) const {
   std::sort(by_time.begin(), by_time.end(),
             [](const auto& a, const auto& b) { return a.second->alloc_ts < b.second->alloc_ts; });
   for (const auto& [addr, l] : by_time) {
-    enc.live_allocation(l->tid, l->size, addr, l->alloc_ts, stacks_, l->stack);
+    enc.live_allocation(l->tid, l->size, addr, l->alloc_ts, {stacks_, l->stack});
   }
   return by_time.size();
 }

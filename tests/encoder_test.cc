@@ -126,18 +126,18 @@ TEST(Encoder, StacksKeptByTheCallerArePooledByIdOncePerSubStream) {
   Encoder e;
   e.begin_stream();
   e.alloc_event(10, 1, 8, 100, c);  // a stack given as frames takes pool id 0
-  e.alloc_event(11, 1, 8, 200, kept, ka);
+  e.alloc_event(11, 1, 8, 200, {kept, ka});
   const size_t after_first = e.size();
-  e.alloc_event(12, 1, 8, 300, kept, ka);
+  e.alloc_event(12, 1, 8, 300, {kept, ka});
   EXPECT_LT(e.size() - after_first, 20u) << "a pooled stack must not be written again";
-  e.live_allocation(1, 8, 300, 12, kept, ka);
+  e.live_allocation(1, 8, 300, 12, {kept, ka});
   EXPECT_EQ(e.stack_count(), 2u);
   EXPECT_EQ(e.frame_addresses().count(9), 1u);
   // A new sub-stream pools it again, and the table may have grown meanwhile.
   const uint32_t kc = kept.intern(c).id;
   e.begin_stream();
-  e.alloc_event(13, 1, 8, 400, kept, kc);
-  e.alloc_event(14, 1, 8, 500, kept, ka);
+  e.alloc_event(13, 1, 8, 400, {kept, kc});
+  e.alloc_event(14, 1, 8, 500, {kept, ka});
   EXPECT_EQ(e.stack_count(), 2u);
   decode::Trace t = decode_bytes(e.bytes());
   ASSERT_EQ(t.allocs.size(), 5u);

@@ -219,10 +219,11 @@ uint32_t Encoder::intern_stack(std::span<const uint64_t> frames) {
   return own_pool_ids_[id];
 }
 
-uint32_t Encoder::pooled_stack(const StackTable& stacks, uint32_t stack) {
-  if (stack >= kept_pool_ids_.size()) kept_pool_ids_.resize(stacks.size(), 0);
-  uint32_t& slot = kept_pool_ids_[stack];
-  if (slot == 0) slot = pool_stack(stacks.frames(stack)) + 1;
+uint32_t Encoder::pooled_stack(StackRef stack) {
+  if (!stack.table) return intern_stack(stack.frames);
+  if (stack.id >= kept_pool_ids_.size()) kept_pool_ids_.resize(stack.table->size(), 0);
+  uint32_t& slot = kept_pool_ids_[stack.id];
+  if (slot == 0) slot = pool_stack(stack.frames) + 1;
   return slot - 1;
 }
 
@@ -251,19 +252,9 @@ void Encoder::segment_metadata(uint64_t mono_ns, const StringMap& entries) {
   }
 }
 
-void Encoder::alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
-                          std::span<const uint64_t> stack) {
+void Encoder::alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr, StackRef stack) {
   // Pool entries must precede the event frame that references them.
-  alloc_frame(ts, tid, size, addr, intern_stack(stack));
-}
-
-void Encoder::alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
-                          const StackTable& stacks, uint32_t stack) {
-  alloc_frame(ts, tid, size, addr, pooled_stack(stacks, stack));
-}
-
-void Encoder::alloc_frame(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
-                          uint32_t stack_id) {
+  uint32_t stack_id = pooled_stack(stack);
   uint16_t id = schema_id(kAlloc);
   append(kMaxHeader + 4 + 2 * kMaxVarint + 4, [&](uint8_t* p) {
     p = header(p, id, kAlloc.has_timestamp, ts);
@@ -313,17 +304,8 @@ void Encoder::cpu_sample(uint64_t ts, uint32_t tid, std::optional<std::string_vi
 }
 
 void Encoder::live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
-                              std::span<const uint64_t> stack) {
-  live_frame(tid, size, addr, alloc_ts, intern_stack(stack));
-}
-
-void Encoder::live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
-                              const StackTable& stacks, uint32_t stack) {
-  live_frame(tid, size, addr, alloc_ts, pooled_stack(stacks, stack));
-}
-
-void Encoder::live_frame(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
-                         uint32_t stack_id) {
+                              StackRef stack) {
+  uint32_t stack_id = pooled_stack(stack);
   event_header(kLive, 0);
   put_u32(tid);
   put_varint(size);

@@ -36,6 +36,20 @@ struct EventSpec {
 
 using StringMap = std::vector<std::pair<std::string, std::string>>;
 
+// The stack of an event: its frames, interned by the encoder per sub-stream, or an entry of
+// a table the caller keeps across sub-streams (the collector's, always the same one), which
+// was interned once already and is pooled by id without hashing its frames again.
+struct StackRef {
+  StackRef(std::span<const uint64_t> f) : frames(f) {}
+  StackRef(const std::vector<uint64_t>& f) : frames(f) {}
+  template <size_t N>
+  StackRef(const uint64_t (&f)[N]) : frames(f) {}
+  StackRef(const StackTable& t, uint32_t i) : frames(t.frames(i)), table(&t), id(i) {}
+  std::span<const uint64_t> frames;
+  const StackTable* table = nullptr;
+  uint32_t id = 0;
+};
+
 class Encoder {
  public:
   Encoder();
@@ -45,13 +59,7 @@ class Encoder {
 
   void clock_sync(uint64_t mono_ns, uint64_t realtime_ns);
   void segment_metadata(uint64_t mono_ns, const StringMap& entries);
-  // Stacks come either as frames, interned here per sub-stream, or as an id in a table the
-  // caller keeps across sub-streams (the collector's, always the same one): that stack was
-  // interned once already, and is pooled here by id without hashing its frames again.
-  void alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
-                   std::span<const uint64_t> stack);
-  void alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr,
-                   const StackTable& stacks, uint32_t stack);
+  void alloc_event(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr, StackRef stack);
   void free_event(uint64_t ts, uint32_t tid, uint64_t addr, uint64_t size, uint64_t alloc_ts);
   void overflow_event(uint64_t ts, uint64_t dropped_allocs, uint64_t dropped_frees);
   // An on-CPU sample (source 0) of a thread outside any Tokio runtime (worker_id 255).
@@ -60,9 +68,7 @@ class Encoder {
   // d9's own event (no timestamp, so dial9's readers skip it): one sampled allocation still
   // live when the segment was sealed. A leak report can work from the last segment alone.
   void live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
-                       std::span<const uint64_t> stack);
-  void live_allocation(uint32_t tid, uint64_t size, uint64_t addr, uint64_t alloc_ts,
-                       const StackTable& stacks, uint32_t stack);
+                       StackRef stack);
   // d9's own event (no timestamp): one module of the process, so a segment can be
   // symbolized offline (`d9 symbolize`) when it was sealed without symbols.
   void module_entry(std::string_view path, std::string_view build_id, uint64_t start, uint64_t end,
@@ -116,9 +122,9 @@ class Encoder {
   }
   void grow(size_t n);
   uint32_t intern_string(std::string_view s);
-  // Pool ids of stacks: interned here, or kept by the caller's table (see alloc_event).
+  // Pool ids of stacks: interned here, or kept by the caller's table (see StackRef).
   uint32_t intern_stack(std::span<const uint64_t> frames);
-  uint32_t pooled_stack(const StackTable& stacks, uint32_t stack);
+  uint32_t pooled_stack(StackRef stack);
   // Writes a stack pool entry under the next id and returns that id.
   uint32_t pool_stack(std::span<const uint64_t> frames);
   void alloc_frame(uint64_t ts, uint32_t tid, uint64_t size, uint64_t addr, uint32_t stack_id);
